@@ -1,0 +1,225 @@
+"""Commands: requests in the imperative. The controller decides what each one causes.
+
+Operators, job runtimes, the GPU Manager and the policies all speak through these. A command
+never changes anything by itself; `decide` turns it into events or a `CommandRejected`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter
+
+from rackplane.models._envelope import CommandEnvelope
+from rackplane.models._ids import JobId, NodeId, RackId
+from rackplane.models.jobs import JobSpec
+from rackplane.models.settings import PolicySettings
+from rackplane.models.topology import Topology
+from rackplane.models.values import (
+    BlockReason,
+    DefragAlternative,
+    Health,
+    PreemptionCause,
+    RackHealth,
+    SliceAssignment,
+)
+
+_Reason = Annotated[str, Field(max_length=2_000)]
+
+
+class RegisterTopology(CommandEnvelope):
+    """Declare (or grow) the cluster's racks and fabric, and optionally its policy settings."""
+
+    type: Literal["RegisterTopology"] = "RegisterTopology"
+    topology: Topology
+    settings: PolicySettings | None = None
+
+
+class ConfigurePolicy(CommandEnvelope):
+    """Replace the cluster's policy settings."""
+
+    type: Literal["ConfigurePolicy"] = "ConfigurePolicy"
+    settings: PolicySettings
+
+
+class SubmitJob(CommandEnvelope):
+    """Queue a job."""
+
+    type: Literal["SubmitJob"] = "SubmitJob"
+    job: JobSpec
+
+
+class CancelJob(CommandEnvelope):
+    """Stop a job for good and free its nodes."""
+
+    type: Literal["CancelJob"] = "CancelJob"
+    job: JobId
+    reason: _Reason = ""
+
+
+class StartJob(CommandEnvelope):
+    """The job's runtime reports that its placed processes are running."""
+
+    type: Literal["StartJob"] = "StartJob"
+    job: JobId
+
+
+class CompleteJob(CommandEnvelope):
+    """The job's runtime reports success."""
+
+    type: Literal["CompleteJob"] = "CompleteJob"
+    job: JobId
+
+
+class FailJob(CommandEnvelope):
+    """The job's runtime reports a failure of the job itself (not of a node)."""
+
+    type: Literal["FailJob"] = "FailJob"
+    job: JobId
+    reason: _Reason = ""
+
+
+class CordonNode(CommandEnvelope):
+    """Keep new work off a node; what runs there keeps running."""
+
+    type: Literal["CordonNode"] = "CordonNode"
+    node: NodeId
+    reason: _Reason = ""
+
+
+class UncordonNode(CommandEnvelope):
+    """Let a cordoned node receive work again."""
+
+    type: Literal["UncordonNode"] = "UncordonNode"
+    node: NodeId
+
+
+class ReportNodeHealth(CommandEnvelope):
+    """A health verdict on a node, from the GPU Manager or an operator."""
+
+    type: Literal["ReportNodeHealth"] = "ReportNodeHealth"
+    node: NodeId
+    health: Health
+    cause: _Reason = ""
+
+
+class RepairNode(CommandEnvelope):
+    """A failed node was repaired (hardware replaced, reseated, re-imaged) and may work again."""
+
+    type: Literal["RepairNode"] = "RepairNode"
+    node: NodeId
+    note: _Reason = ""
+
+
+class ReportRackHealth(CommandEnvelope):
+    """A rack-level verdict: an NVSwitch tray or the rack's power takes the whole NVLink domain."""
+
+    type: Literal["ReportRackHealth"] = "ReportRackHealth"
+    rack: RackId
+    health: RackHealth
+    cause: _Reason = ""
+
+
+class PlaceJob(CommandEnvelope):
+    """Give a queued job its nodes, slice by slice (from a placement policy)."""
+
+    type: Literal["PlaceJob"] = "PlaceJob"
+    job: JobId
+    slices: tuple[SliceAssignment, ...] = Field(min_length=1)
+    borrowing: bool = False
+    """The placement dips into racks' spare pools (short preemptible work, `borrow_spares`)."""
+    explanation: _Reason = ""
+
+
+class BlockJob(CommandEnvelope):
+    """Record that a queued job cannot be placed now, why, and the numbers behind it."""
+
+    type: Literal["BlockJob"] = "BlockJob"
+    job: JobId
+    reason: BlockReason
+    allocatable_nodes: int = Field(ge=0)
+    """Nodes placement could use now, cluster-wide (spares excluded)."""
+    placeable_slices: int = Field(ge=0)
+    """Slices of this job that would fit in racks now."""
+    explanation: _Reason = ""
+
+
+class SwapNode(CommandEnvelope):
+    """Replace one node of a running slice by a free node of the same rack (a hot swap)."""
+
+    type: Literal["SwapNode"] = "SwapNode"
+    job: JobId
+    slice: int = Field(ge=0)
+    old_node: NodeId
+    new_node: NodeId
+    explanation: _Reason = ""
+
+
+class MigrateSlice(CommandEnvelope):
+    """Move one slice of a job onto other nodes (another rack); it restarts from a checkpoint."""
+
+    type: Literal["MigrateSlice"] = "MigrateSlice"
+    job: JobId
+    slice: int = Field(ge=0)
+    nodes: tuple[NodeId, ...] = Field(min_length=1)
+    explanation: _Reason = ""
+
+
+class DegradeSlice(CommandEnvelope):
+    """Drop nodes from a slice that keeps running at a lower TP degree (NTP)."""
+
+    type: Literal["DegradeSlice"] = "DegradeSlice"
+    job: JobId
+    slice: int = Field(ge=0)
+    remove: tuple[NodeId, ...] = Field(min_length=1)
+    explanation: _Reason = ""
+
+
+class PreemptJobs(CommandEnvelope):
+    """Stop restartable jobs and queue them again (their nodes are needed elsewhere)."""
+
+    type: Literal["PreemptJobs"] = "PreemptJobs"
+    jobs: tuple[JobId, ...] = Field(min_length=1)
+    cause: PreemptionCause = "operator"
+    reason: _Reason = ""
+    allow_interactive: bool = False
+    """Set only on an operator's explicit say-so; `actor` records who."""
+    explanation: _Reason = ""
+
+
+class PlanDefrag(CommandEnvelope):
+    """Record a defragmentation plan and reserve its target racks for the blocked job."""
+
+    type: Literal["PlanDefrag"] = "PlanDefrag"
+    job: JobId
+    target_racks: tuple[RackId, ...] = Field(min_length=1)
+    victims: tuple[JobId, ...] = ()
+    cost_gpu_hours: float = Field(ge=0)
+    alternatives: tuple[DefragAlternative, ...] = ()
+    explanation: _Reason = ""
+
+
+Command = Annotated[
+    RegisterTopology
+    | ConfigurePolicy
+    | SubmitJob
+    | CancelJob
+    | StartJob
+    | CompleteJob
+    | FailJob
+    | CordonNode
+    | UncordonNode
+    | ReportNodeHealth
+    | RepairNode
+    | ReportRackHealth
+    | PlaceJob
+    | BlockJob
+    | SwapNode
+    | MigrateSlice
+    | DegradeSlice
+    | PreemptJobs
+    | PlanDefrag,
+    Field(discriminator="type"),
+]
+COMMANDS: TypeAdapter[Command] = TypeAdapter(Command)
+"""Built once: the only way bytes become commands."""

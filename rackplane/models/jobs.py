@@ -1,0 +1,91 @@
+"""What users ask for: a job of n nodes cut into NVLink-local slices."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from rackplane.models._ids import Actor, JobId
+
+DEFAULT_SLICE_SIZE = 16
+
+
+class JobKind(StrEnum):
+    """How a job may be treated when the cluster needs its nodes."""
+
+    MANAGED = "managed"
+    """Restartable from a checkpoint: may be preempted, migrated or degraded."""
+    INTERACTIVE = "interactive"
+    """A person is working in it: never preempted unless an operator explicitly allows it."""
+    INFERENCE = "inference"
+    """Serving traffic: never preempted."""
+
+
+class JobSpec(BaseModel):
+    """A request for `nodes` nodes, cut into ceil(nodes / slice_size) slices.
+
+    Every slice must lie inside one NVLink domain (rack). A job with `min_nodes_per_slice` set
+    may keep running on fewer nodes per slice after a failure (nonuniform tensor parallelism).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: JobId
+    name: Annotated[str, StringConstraints(max_length=200)] = ""
+    owner: Actor = "unknown"
+    nodes: int = Field(ge=1, le=100_000)
+    slice_size: int | None = Field(default=None, ge=1, le=1_024)
+    """Nodes per slice; None takes the cluster's default (16 unless configured). The spec in
+    a `JobSubmitted` event always has it resolved."""
+    kind: JobKind = JobKind.MANAGED
+    priority: int = Field(default=0, ge=-1_000, le=1_000)
+    checkpoint_interval: timedelta | None = None
+    min_nodes_per_slice: int | None = Field(default=None, ge=1)
+    expected_duration: timedelta | None = None
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> JobSpec:
+        if (
+            self.min_nodes_per_slice is not None
+            and self.slice_size is not None
+            and self.min_nodes_per_slice > self.slice_size
+        ):
+            raise ValueError(
+                f"min_nodes_per_slice ({self.min_nodes_per_slice}) cannot exceed slice_size "
+                f"({self.slice_size})"
+            )
+        if self.checkpoint_interval is not None and self.checkpoint_interval <= timedelta(0):
+            raise ValueError("checkpoint_interval must be positive")
+        if self.expected_duration is not None and self.expected_duration <= timedelta(0):
+            raise ValueError("expected_duration must be positive")
+        return self
+
+    @property
+    def slice_sizes(self) -> tuple[int, ...]:
+        """Nodes per slice: full slices first, the remainder (if any) last."""
+        return slice_sizes(self.nodes, self.slice_size or DEFAULT_SLICE_SIZE)
+
+    @property
+    def shape_text(self) -> str:
+        """A short human description: `128 nodes as 8 x 16`."""
+        sizes = self.slice_sizes
+        shape = f"{len(sizes)} x {sizes[0]}" if len(set(sizes)) == 1 else "+".join(map(str, sizes))
+        return f"{self.nodes} nodes as {shape}"
+
+    @property
+    def multi_node(self) -> bool:
+        """True when the job spans more than one node."""
+        return self.nodes > 1
+
+
+def slice_sizes(nodes: int, slice_size: int) -> tuple[int, ...]:
+    """Cut `nodes` into slices of at most `slice_size`: n <= s is one slice.
+
+    >>> slice_sizes(40, 16)
+    (16, 16, 8)
+    """
+    full, rest = divmod(nodes, slice_size)
+    return (slice_size,) * full + ((rest,) if rest else ())

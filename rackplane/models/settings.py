@@ -1,0 +1,36 @@
+"""Policy settings: how the controller and policies treat a cluster (from the cluster file)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rackplane.models.jobs import DEFAULT_SLICE_SIZE
+
+
+class PolicySettings(BaseModel):
+    """Knobs of placement, recovery and defragmentation. Defaults follow DESIGN.md."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slice_size: int = Field(default=DEFAULT_SLICE_SIZE, ge=1, le=1_024)
+    """Default nodes per slice for jobs that do not say."""
+    spares_per_rack: int = Field(default=2, ge=0, le=1_024)
+    """Healthy free nodes each rack keeps for hot swaps; placement never uses them."""
+    borrow_spares: bool = False
+    """Let short preemptible work run on spares; it is evicted the moment a swap needs the node."""
+    borrow_max_duration: timedelta = timedelta(hours=2)
+    """"Short": a managed job whose expected duration is at most this may borrow spares."""
+    rack_local_slices: bool = True
+    """Every slice inside one rack. Only the `naive` baseline turns this off, for comparisons."""
+    ntp_allowed: bool = True
+    """A slice may degrade in place (nonuniform tensor parallelism) when its job allows it."""
+    ntp_power_boost: bool = True
+    """Assume a power boost keeps a degraded slice at the pace of healthy ones."""
+    defrag_enabled: bool = True
+    """Auto Defrag may preempt restartable jobs to free whole racks for blocked jobs."""
+    restart_overhead: timedelta = timedelta(minutes=10)
+    """Time a preempted or migrated job needs to restart, counted in its cost."""
+    allow_interactive_preemption: bool = False
+    """Defrag may preempt interactive jobs. Off unless an operator turns it on."""

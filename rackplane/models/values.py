@@ -1,0 +1,112 @@
+"""Small value types shared by commands, events and state."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rackplane.models._ids import NodeId, RackId
+
+
+class Health(StrEnum):
+    """A node's health as the GPU Manager (or an operator) reports it."""
+
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    """Still runs what it runs, but receives no new work."""
+    FAILED = "failed"
+    """Runs nothing; back only through an explicit repair."""
+
+
+class RackHealth(StrEnum):
+    """A rack-level fault (an NVSwitch tray, the rack's power shelf) takes the whole domain."""
+
+    HEALTHY = "healthy"
+    FAILED = "failed"
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life. Final: completed, failed, cancelled."""
+
+    QUEUED = "queued"
+    PLACED = "placed"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        """True when nothing more happens to the job."""
+        return self in _FINAL
+
+    @property
+    def holds_nodes(self) -> bool:
+        """True while the job owns nodes."""
+        return self in (JobStatus.PLACED, JobStatus.RUNNING)
+
+
+_FINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+PreemptionCause = Literal["defrag", "failure", "eviction", "operator"]
+"""defrag: make rack-shaped room; failure: a slice lost a node and nothing could replace it;
+eviction: the job ran on borrowed spares that a swap needs; operator: an operator's decision."""
+
+BlockReason = Literal["capacity", "topology"]
+"""capacity: too few allocatable nodes in total; topology: enough in total, not rack-shaped."""
+
+RejectionCode = Literal[
+    "no_topology",
+    "wrong_cluster",
+    "unknown_node",
+    "unknown_rack",
+    "unknown_job",
+    "duplicate_job",
+    "invalid_state",
+    "node_unavailable",
+    "shape_mismatch",
+    "too_large",
+    "slice_spans_racks",
+    "spare_reserve",
+    "not_preemptible",
+    "not_degradable",
+    "topology_conflict",
+    "reserved",
+    "not_borrowable",
+]
+
+
+class DefragAlternative(BaseModel):
+    """A defrag option that was considered and not chosen."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target_racks: tuple[RackId, ...]
+    victims: tuple[str, ...]
+    cost_gpu_hours: float = Field(ge=0)
+    why_not: str = ""
+
+
+class SliceAssignment(BaseModel):
+    """Nodes proposed for one slice of a job, in slice order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: tuple[NodeId, ...] = Field(min_length=1)
+
+
+class PlacedSlice(BaseModel):
+    """One slice as placed: its index in the job, its nodes and the racks they are in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(ge=0)
+    nodes: tuple[NodeId, ...] = Field(min_length=1)
+    racks: tuple[RackId, ...] = Field(min_length=1)
+
+    @property
+    def rack_local(self) -> bool:
+        """True when the slice lies inside one NVLink domain."""
+        return len(self.racks) == 1

@@ -1,0 +1,25 @@
+"""What a policy is: a pure function of the state and the new events to proposed commands."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from rackplane.models import Command, Event
+from rackplane.projections.state import ClusterState
+
+
+class Policy(Protocol):
+    """A pure policy: reads the state and the new events, proposes commands."""
+
+    @property
+    def name(self) -> str:
+        """Short name, used in command ids and actors (`tas`, `spare_swap`, ...)."""
+        ...
+
+    def propose(
+        self, state: ClusterState, events: Sequence[Event], *, now: datetime
+    ) -> Sequence[Command]:
+        """Commands this policy wants after `events` brought the cluster to `state`."""
+        ...

@@ -1,0 +1,46 @@
+"""Cluster state, `evolve`, and read models derived from the state. Pure: no I/O, no clock."""
+
+from rackplane.projections.evolve import EventGap, WrongCluster, evolve, fold
+from rackplane.projections.occupancy import (
+    ClusterSummary,
+    NodeRole,
+    RackOccupancy,
+    cluster_summary,
+    node_roles,
+    rack_occupancy,
+)
+from rackplane.projections.state import (
+    BlockInfo,
+    ClusterState,
+    JobState,
+    NodeState,
+    RackState,
+    SeenCommands,
+    SliceState,
+    initial_state,
+    job_gpus,
+    restart_cost,
+)
+
+__all__ = [
+    "BlockInfo",
+    "ClusterState",
+    "ClusterSummary",
+    "EventGap",
+    "JobState",
+    "NodeRole",
+    "NodeState",
+    "RackOccupancy",
+    "RackState",
+    "SeenCommands",
+    "SliceState",
+    "WrongCluster",
+    "cluster_summary",
+    "evolve",
+    "fold",
+    "initial_state",
+    "job_gpus",
+    "node_roles",
+    "rack_occupancy",
+    "restart_cost",
+]

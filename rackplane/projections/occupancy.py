@@ -1,0 +1,151 @@
+"""Read models over the cluster state: rack occupancy and a cluster summary.
+
+Every node falls in exactly one role, so the counts of a rack always add up to its size:
+- failed: its health is failed (it may still sit in a slice, waiting for a swap);
+- allocated: serves a slice and is not failed;
+- spare: free and healthy, counted against the rack's `spares_per_rack` reserve;
+- free: free and healthy beyond the reserve (what placement may use);
+- unavailable: idle but cordoned, degraded, or in a failed rack.
+Which free nodes are "the" spares is a display convention: the last ones in rack order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from rackplane.models import Health, JobId, JobStatus, NodeId, PodId, RackId
+from rackplane.projections.state import ClusterState
+
+
+class NodeRole(StrEnum):
+    """What a node is doing now, for display and accounting."""
+
+    ALLOCATED = "allocated"
+    FREE = "free"
+    SPARE = "spare"
+    FAILED = "failed"
+    UNAVAILABLE = "unavailable"
+
+
+class RackOccupancy(BaseModel):
+    """How one rack's nodes are used."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rack: RackId
+    pod: PodId
+    healthy: bool
+    nodes: int
+    allocated: int
+    free: int
+    spare: int
+    failed: int
+    unavailable: int
+    jobs: tuple[JobId, ...]
+
+
+class ClusterSummary(BaseModel):
+    """Totals over the whole cluster."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster: str
+    seq: int
+    racks: int
+    nodes: int
+    gpus: int
+    allocated: int
+    free: int
+    spare: int
+    failed: int
+    unavailable: int
+    racks_full: int
+    """Racks with no free node beyond their spares."""
+    racks_empty: int
+    """Racks with no allocated node."""
+    jobs_running: int
+    jobs_placed: int
+    jobs_queued: int
+    jobs_blocked: int
+    jobs_finished: int
+
+
+def node_roles(state: ClusterState, rack: RackId) -> dict[NodeId, NodeRole]:
+    """The role of every node of a rack, in rack order."""
+    assert state.index is not None, "no topology registered"
+    r = state.racks[rack]
+    order = state.index.rack(rack).nodes
+    available = [n for n in order if n in r.available]
+    spares = set(available[len(available) - min(state.settings.spares_per_rack, len(available)) :])
+    roles: dict[NodeId, NodeRole] = {}
+    for n in order:
+        node = state.nodes[n]
+        if node.health is Health.FAILED:
+            roles[n] = NodeRole.FAILED
+        elif node.job is not None:
+            roles[n] = NodeRole.ALLOCATED
+        elif n in spares:
+            roles[n] = NodeRole.SPARE
+        elif n in r.available:
+            roles[n] = NodeRole.FREE
+        else:
+            roles[n] = NodeRole.UNAVAILABLE
+    return roles
+
+
+def rack_occupancy(state: ClusterState) -> list[RackOccupancy]:
+    """One row per rack, in topology order."""
+    if state.index is None:
+        return []
+    rows = []
+    for rack in state.index.racks:
+        roles = node_roles(state, rack.id)
+        counts = Counter(roles.values())
+        jobs = dict.fromkeys(j for n in rack.nodes if (j := state.nodes[n].job) is not None)
+        rows.append(
+            RackOccupancy(
+                rack=rack.id,
+                pod=rack.pod,
+                healthy=state.racks[rack.id].healthy,
+                nodes=len(rack.nodes),
+                allocated=counts[NodeRole.ALLOCATED],
+                free=counts[NodeRole.FREE],
+                spare=counts[NodeRole.SPARE],
+                failed=counts[NodeRole.FAILED],
+                unavailable=counts[NodeRole.UNAVAILABLE],
+                jobs=tuple(jobs),
+            )
+        )
+    return rows
+
+
+def cluster_summary(state: ClusterState) -> ClusterSummary:
+    """Totals of the rack occupancy and the job queue."""
+    rows = rack_occupancy(state)
+    statuses = Counter(j.status for j in state.jobs.values())
+    blocked = sum(
+        1 for j in state.jobs.values() if j.status is JobStatus.QUEUED and j.blocked is not None
+    )
+    gpus = state.index.topology.gpu_count if state.index else 0
+    return ClusterSummary(
+        cluster=state.cluster,
+        seq=state.seq,
+        racks=len(rows),
+        nodes=sum(r.nodes for r in rows),
+        gpus=gpus,
+        allocated=sum(r.allocated for r in rows),
+        free=sum(r.free for r in rows),
+        spare=sum(r.spare for r in rows),
+        failed=sum(r.failed for r in rows),
+        unavailable=sum(r.unavailable for r in rows),
+        racks_full=sum(1 for r in rows if r.free == 0),
+        racks_empty=sum(1 for r in rows if r.allocated == 0),
+        jobs_running=statuses[JobStatus.RUNNING],
+        jobs_placed=statuses[JobStatus.PLACED],
+        jobs_queued=statuses[JobStatus.QUEUED],
+        jobs_blocked=blocked,
+        jobs_finished=len(state.finished),
+    )

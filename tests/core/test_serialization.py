@@ -1,0 +1,43 @@
+"""Every command and event survives a JSON round trip through the one TypeAdapter of its union."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from rackplane.models import COMMANDS, EVENTS
+from tests.strategies import COMMAND_TYPES, EVENT_TYPES, from_model
+
+
+def test_the_unions_cover_every_command_and_event_type() -> None:
+    assert len(COMMAND_TYPES) == 19
+    assert len(EVENT_TYPES) == 24
+
+
+@pytest.mark.parametrize("cls", COMMAND_TYPES, ids=lambda c: c.__name__)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_every_command_round_trips_through_json(cls: type[BaseModel], data: st.DataObject) -> None:
+    command = data.draw(from_model(cls))
+    assert COMMANDS.validate_json(COMMANDS.dump_json(command)) == command
+
+
+@pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_every_event_round_trips_through_json(cls: type[BaseModel], data: st.DataObject) -> None:
+    event = data.draw(from_model(cls))
+    assert EVENTS.validate_json(EVENTS.dump_json(event)) == event
+
+
+def test_an_unknown_type_is_refused_with_the_allowed_tags() -> None:
+    with pytest.raises(ValueError, match="does not match any of the expected tags"):
+        COMMANDS.validate_json(b'{"type": "RebootRack", "id": "x", "cluster": "c", "actor": "a"}')
+
+
+def test_unknown_fields_are_refused() -> None:
+    raw = b'{"type": "CordonNode", "id": "x", "cluster": "c", "actor": "a", "node": "n", "x": 1}'
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        COMMANDS.validate_json(raw)

@@ -1,0 +1,144 @@
+"""Hypothesis strategies built from the pydantic models themselves.
+
+`from_model(cls)` walks a model's fields and builds values that satisfy their annotations
+(constrained strings, bounded ints, enums, literals, tuples, nested models), so every command
+and event type gets a strategy without a hand-written one per type.
+"""
+
+from __future__ import annotations
+
+import types
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import annotated_types
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from rackplane.models import Command, Event, JobSpec, Rack, Topology
+
+IDS = st.from_regex(r"\A[a-z][a-z0-9-]{0,10}\Z")
+TEXT = st.text(max_size=30)
+AWARE = st.datetimes(
+    min_value=datetime(2020, 1, 1), max_value=datetime(2035, 1, 1), timezones=st.just(UTC)
+)
+DURATIONS = st.integers(min_value=1, max_value=10**7).map(lambda s: timedelta(seconds=s))
+
+
+@st.composite
+def topologies(draw: st.DrawFn) -> Topology:
+    n_racks = draw(st.integers(1, 4))
+    racks = []
+    for r in range(n_racks):
+        size = draw(st.integers(1, 6))
+        racks.append(
+            Rack(
+                id=f"r{r}",
+                pod=draw(st.sampled_from(["p1", "p2"])),
+                nodes=tuple(f"r{r}-n{i}" for i in range(size)),
+                gpus_per_node=draw(st.sampled_from([4, 8])),
+            )
+        )
+    return Topology(cluster=draw(IDS), racks=tuple(racks))
+
+
+@st.composite
+def job_specs(draw: st.DrawFn) -> JobSpec:
+    size = draw(st.one_of(st.none(), st.integers(1, 32)))
+    floor = draw(st.one_of(st.none(), st.integers(1, size or 16)))
+    return JobSpec(
+        id=draw(IDS),
+        name=draw(TEXT),
+        owner=draw(IDS),
+        nodes=draw(st.integers(1, 600)),
+        slice_size=size,
+        kind=draw(st.sampled_from(list(JobSpec.model_fields["kind"].annotation))),  # type: ignore[arg-type]
+        priority=draw(st.integers(-5, 5)),
+        checkpoint_interval=draw(st.one_of(st.none(), DURATIONS)),
+        min_nodes_per_slice=floor,
+        expected_duration=draw(st.one_of(st.none(), DURATIONS)),
+    )
+
+
+_SPECIAL: dict[Any, st.SearchStrategy[Any]] = {Topology: topologies(), JobSpec: job_specs()}
+
+
+def _bounds(metadata: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for m in metadata:
+        for attr in ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern"):
+            value = getattr(m, attr, None)
+            if value is not None:
+                out[attr] = value
+        if isinstance(m, annotated_types.Len):
+            out["min_length"] = m.min_length
+    return out
+
+
+def _for(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
+    if annotation in _SPECIAL:
+        return _SPECIAL[annotation]
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        inner, *meta = get_args(annotation)
+        flat: list[Any] = []
+        for m in meta:
+            flat.extend(m.metadata if isinstance(m, FieldInfo) else [m])
+        return _for(inner, metadata + flat)
+    if origin in (Union, types.UnionType):
+        return st.one_of(*(_for(a, metadata) for a in get_args(annotation)))
+    if origin is Literal:
+        return st.sampled_from(get_args(annotation))
+    if origin is tuple:
+        args = get_args(annotation)
+        b = _bounds(metadata)
+        return st.lists(_for(args[0], []), min_size=b.get("min_length", 0), max_size=4).map(tuple)
+    if annotation is type(None):
+        return st.none()
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return st.sampled_from(list(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return from_model(annotation)
+    b = _bounds(metadata)
+    if annotation is bool:
+        return st.booleans()
+    if annotation is int:
+        lo = b.get("ge", b["gt"] + 1 if "gt" in b else -(10**6))
+        hi = b.get("le", b["lt"] - 1 if "lt" in b else 10**6)
+        return st.integers(lo, hi)
+    if annotation is float:
+        return st.floats(min_value=b.get("ge", -1e9), max_value=1e9, allow_nan=False)
+    if annotation is str:
+        if "pattern" in b:
+            return IDS
+        return st.text(min_size=b.get("min_length", 0), max_size=min(b.get("max_length", 30), 30))
+    if annotation is datetime:
+        return AWARE
+    if annotation is timedelta:
+        return DURATIONS
+    if getattr(annotation, "__name__", "") == "AwareDatetime":
+        return AWARE
+    raise TypeError(f"no strategy for {annotation!r}")
+
+
+def from_model(cls: type[BaseModel]) -> st.SearchStrategy[Any]:
+    """Instances of `cls` with every field drawn from its annotation."""
+    if cls in _SPECIAL:
+        return _SPECIAL[cls]
+    fields = {}
+    for name, info in cls.model_fields.items():
+        annotation = info.annotation
+        if get_origin(annotation) is Literal and name == "type":
+            continue
+        fields[name] = _for(annotation, list(info.metadata))
+    return st.builds(cls, **fields)
+
+
+def _members(union: Any) -> list[type[BaseModel]]:
+    return list(get_args(get_args(union)[0]))  # Annotated[A | B | ..., Field(discriminator)]
+
+
+COMMAND_TYPES = _members(Command)
+EVENT_TYPES = _members(Event)
