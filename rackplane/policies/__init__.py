@@ -1,0 +1,27 @@
+"""The controller's decider and the scheduling policies. Pure: no I/O, no clock."""
+
+from rackplane.policies.controller import Rejected, decide
+from rackplane.policies.defrag import Defrag, DefragPlan, plan_defrag
+from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_placement
+from rackplane.policies.presets import PRESETS, default_policies, preset
+from rackplane.policies.spare_swap import SpareSwap
+from rackplane.policies.tas import NaiveScheduler, TopologyAwareScheduler, schedule
+
+__all__ = [
+    "PRESETS",
+    "Capacity",
+    "Defrag",
+    "DefragPlan",
+    "NaiveScheduler",
+    "Placement",
+    "Rejected",
+    "SpareSwap",
+    "TopologyAwareScheduler",
+    "Unplaceable",
+    "decide",
+    "default_policies",
+    "find_placement",
+    "plan_defrag",
+    "preset",
+    "schedule",
+]

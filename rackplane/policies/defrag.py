@@ -1,0 +1,446 @@
+"""Auto Defrag: free rack-shaped room for a job blocked by topology, at the least cost.
+
+Algorithm overview (`plan_defrag`):
+
+1. Victims. Candidates are jobs that hold nodes, are `managed` (or `interactive` while an
+   operator allows it; `inference` never), and have a priority no higher than the blocked
+   job's. Preempting one costs its GPUs x (time since its last checkpoint + restart overhead),
+   halved for each priority level below the blocked job's, so lower priority is preferred.
+2. Options. For each slice of the blocked job, every healthy rack not reserved for another job
+   offers options: nothing to do when it already has room, else each minimal set of its victims
+   whose nodes make room. Options are ranked by cost, then fewer victims, then fabric distance
+   to the slices already chosen.
+3. Validation. An option is taken only if every victim chosen so far can be placed again at
+   once, outside the target racks, with the placement the scheduler itself uses; the first
+   valid option in rank order wins (for a one-slice job, the cheapest valid plan among the
+   options). Each slice of a multi-slice job is chosen in turn on top of the earlier ones.
+4. Plan. Target racks, victims with their new placements, the blocked job's placement, the
+   cost, and the best alternatives that lost. The controller records it (`DefragPlanned`),
+   reserves the target racks for the blocked job (make-before-break), and applies the
+   preemptions and placements; each is re-validated.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rackplane.models import (
+    Command,
+    DefragAlternative,
+    Event,
+    Health,
+    JobBlocked,
+    JobId,
+    JobKind,
+    JobStatus,
+    NodeId,
+    PlaceJob,
+    PlanDefrag,
+    PreemptJobs,
+    RackId,
+    SliceAssignment,
+    TopologyIndex,
+)
+from rackplane.policies._proposals import Proposals
+from rackplane.policies.placement import Capacity, Placement, find_placement
+from rackplane.projections.state import ClusterState, JobState, restart_cost
+
+MAX_SUBSETS_PER_RACK = 4096
+"""Exhaustive victim subsets per rack up to 12 candidates; greedy beyond."""
+MAX_TRIES_PER_SLICE = 512
+"""Victim sets validated per slice before giving up (each try re-places the victims)."""
+ALTERNATIVES_KEPT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DefragPlan:
+    """A valid defragmentation: what to preempt, where everything goes, what it costs."""
+
+    job: JobId
+    target_racks: tuple[RackId, ...]
+    placement: Placement
+    victims: tuple[JobId, ...]
+    moves: tuple[tuple[JobId, Placement], ...]
+    cost: float
+    alternatives: tuple[DefragAlternative, ...]
+    explanation: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    cost: float
+    rack: RackId
+    victims: tuple[JobId, ...]
+
+
+def victim_cost(state: ClusterState, victim: JobState, priority: int, now: datetime) -> float:
+    """Weighted cost of preempting `victim` for a job of `priority` (see step 1)."""
+    return restart_cost(state, victim, now) * 2.0 ** (victim.spec.priority - priority)
+
+
+def candidates(state: ClusterState, job: JobState) -> list[JobState]:
+    """Jobs the defrag may preempt for `job`, in queue order."""
+    interactive_ok = (
+        state.settings.allow_interactive_preemption
+        and state.interactive_preemption_allowed_by is not None
+    )
+    out = []
+    for v in state.jobs.values():
+        if v.id == job.id or not v.status.holds_nodes or v.spec.priority > job.spec.priority:
+            continue
+        kind = v.spec.kind
+        if kind is JobKind.MANAGED or (kind is JobKind.INTERACTIVE and interactive_ok):
+            out.append(v)
+    return sorted(out, key=lambda v: v.queue_key)
+
+
+def replace_victims(
+    state: ClusterState,
+    base: Capacity,
+    victims: Sequence[JobState],
+    targets: Sequence[tuple[RackId, int]],
+) -> tuple[Placement, list[tuple[JobId, Placement]]] | None:
+    """Free the victims, put the blocked job's slices on `targets`, re-place every victim
+    elsewhere; None when some victim finds no room."""
+    cap = base.copy()
+    for v in victims:
+        cap.release(v.nodes)
+    slices = []
+    for rack, size in targets:
+        if cap.usable[rack] < size:
+            return None
+        nodes = cap.nodes(rack, size)
+        cap.take(nodes)
+        slices.append(nodes)
+    hero = Placement(tuple(slices), tuple(r for r, _ in targets), "")
+    held = {r for r, j in state.reservations.items()} | {r for r, _ in targets}
+    moves = []
+    for v in sorted(victims, key=lambda j: j.queue_key):
+        p = find_placement(cap, v.spec.slice_sizes, exclude=held)
+        if not isinstance(p, Placement):
+            return None
+        cap.commit(p)
+        moves.append((v.id, p))
+    return hero, moves
+
+
+def plan_defrag(state: ClusterState, job_id: JobId, *, now: datetime) -> DefragPlan | None:
+    """The least disruptive valid plan that places `job_id` inside racks, or None."""
+    assert state.index is not None
+    job = state.jobs[job_id]
+    if job.status is not JobStatus.QUEUED:
+        return None
+    pool = candidates(state, job)
+    cost = {v.id: victim_cost(state, v, job.spec.priority, now) for v in pool}
+    by_id = {v.id: v for v in pool}
+    in_rack: dict[RackId, list[JobId]] = {}
+    for v in pool:
+        for r in dict.fromkeys(state.nodes[n].rack for n in v.nodes):
+            in_rack.setdefault(r, []).append(v.id)
+    base = Capacity(state)
+    index = state.index
+    open_racks = [
+        r.id
+        for r in index.racks
+        if state.racks[r.id].healthy and state.reservations.get(r.id, job_id) == job_id
+    ]
+    targets: list[tuple[RackId, int]] = []
+    chosen: list[JobId] = []
+    result: tuple[Placement, list[tuple[JobId, Placement]]] | None = None
+    alternatives: list[DefragAlternative] = []
+    for size in job.spec.slice_sizes:
+        trial = base.copy()
+        for vid in chosen:
+            trial.release(by_id[vid].nodes)
+        for rack, taken in targets:
+            trial.usable[rack] -= taken
+        seeds = _options(trial, open_racks, size, in_rack, by_id, cost, set(chosen))
+        anchor = targets[0][0] if targets else None
+        search = _Search(seeds, pool, chosen, cost, index, anchor)
+        picked = None
+        for option in search:
+            victims = [*chosen, *option.victims]
+            attempt = replace_victims(
+                state, base, [by_id[v] for v in victims], [*targets, (option.rack, size)]
+            )
+            if attempt is not None:
+                picked, result = option, attempt
+                break
+            search.failed(option)
+        if picked is None:
+            return None
+        if not targets:
+            alternatives = search.alternatives(picked)
+        targets.append((picked.rack, size))
+        chosen.extend(picked.victims)
+    assert result is not None
+    hero, moves = result
+    total = sum(cost[v] for v in chosen)
+    return DefragPlan(
+        job=job_id,
+        target_racks=tuple(dict.fromkeys(r for r, _ in targets)),
+        placement=hero,
+        victims=tuple(chosen),
+        moves=tuple(moves),
+        cost=total,
+        alternatives=tuple(alternatives),
+        explanation=_explain(state, job, targets, chosen, moves, total, alternatives),
+    )
+
+
+class _Search:
+    """Victim sets for one slice in order of cost: each seed (a rack and a minimal set of its
+    victims) first alone, then with extra victims elsewhere, whose leaving can make room to
+    re-place the others (a chain). Extras are enumerated lazily, cheapest subsets first: from
+    (set, last) the next are (set + next) and (set - last + next), which visits every subset of
+    the extras exactly once in non-decreasing cost. Stops after `MAX_TRIES_PER_SLICE`."""
+
+    def __init__(
+        self,
+        seeds: list[_Option],
+        pool: list[JobState],
+        chosen: list[JobId],
+        cost: dict[JobId, float],
+        index: TopologyIndex,
+        anchor: RackId | None,
+    ) -> None:
+        self.cost = cost
+        self.index = index
+        self.anchor = anchor
+        taken = set(chosen)
+        self.extras = sorted((v.id for v in pool if v.id not in taken), key=lambda v: (cost[v], v))
+        self.heap: list[tuple[tuple[float, int, int, int, int], _Option, tuple[JobId, ...], int]]
+        self.heap = []
+        self.counter = itertools.count()
+        self.seen: set[tuple[RackId, frozenset[JobId]]] = set()
+        self.rejected: list[_Option] = []
+        self.seeds = seeds
+        for seed in seeds:
+            self._push(seed, (), -1)
+
+    def _key(self, o: _Option) -> tuple[float, int, int, int, int]:
+        hops = self.index.hops(self.anchor, o.rack) if self.anchor else 0
+        return (
+            round(o.cost, 9),
+            len(o.victims),
+            hops,
+            self.index.rack_order[o.rack],
+            next(self.counter),
+        )
+
+    def _push(self, seed: _Option, extra: tuple[JobId, ...], last: int) -> None:
+        victims = seed.victims + extra
+        option = _Option(seed.cost + sum(self.cost[v] for v in extra), seed.rack, victims)
+        heapq.heappush(self.heap, (self._key(option), seed, extra, last))
+
+    def __iter__(self) -> Iterator[_Option]:
+        tries = 0
+        while self.heap and tries < MAX_TRIES_PER_SLICE:
+            _, seed, extra, last = heapq.heappop(self.heap)
+            nxt = last + 1
+            while nxt < len(self.extras) and self.extras[nxt] in seed.victims:
+                nxt += 1
+            if nxt < len(self.extras):
+                self._push(seed, (*extra, self.extras[nxt]), nxt)
+                if extra:
+                    self._push(seed, (*extra[:-1], self.extras[nxt]), nxt)
+            victims = seed.victims + extra
+            key = (seed.rack, frozenset(victims))
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            tries += 1
+            yield _Option(seed.cost + sum(self.cost[v] for v in extra), seed.rack, victims)
+
+    def failed(self, option: _Option) -> None:
+        self.rejected.append(option)
+
+    def alternatives(self, picked: _Option) -> list[DefragAlternative]:
+        """Options that lost: cheaper ones that were invalid, then the next seeds by cost."""
+        out = [
+            DefragAlternative(
+                target_racks=(o.rack,),
+                victims=o.victims,
+                cost_gpu_hours=o.cost,
+                why_not="a victim could not be re-placed elsewhere",
+            )
+            for o in self.rejected[:ALTERNATIVES_KEPT]
+        ]
+        costlier = sorted(
+            (o for o in self.seeds if (o.rack, o.victims) != (picked.rack, picked.victims)),
+            key=self._key,
+        )
+        for o in costlier:
+            if len(out) >= ALTERNATIVES_KEPT:
+                break
+            if o.cost >= picked.cost and o not in self.rejected:
+                out.append(
+                    DefragAlternative(
+                        target_racks=(o.rack,),
+                        victims=o.victims,
+                        cost_gpu_hours=o.cost,
+                        why_not="costlier",
+                    )
+                )
+        return out
+
+
+def _options(
+    capacity: Capacity,
+    racks: Iterable[RackId],
+    size: int,
+    in_rack: dict[RackId, list[JobId]],
+    by_id: dict[JobId, JobState],
+    cost: dict[JobId, float],
+    taken: set[JobId],
+) -> list[_Option]:
+    state = capacity.state
+    out = []
+    for r in racks:
+        room = capacity.usable[r]
+        if room >= size:
+            out.append(_Option(0.0, r, ()))
+            continue
+        need = size - room
+        freeable = {}
+        for v in in_rack.get(r, ()):
+            if v in taken:
+                continue
+            n = sum(1 for node in by_id[v].nodes if _reusable(state, node, r))
+            if n:
+                freeable[v] = n
+        for subset in _minimal_subsets(freeable, need, cost):
+            out.append(_Option(sum(cost[v] for v in subset), r, subset))
+    return out
+
+
+def _reusable(state: ClusterState, node: NodeId, rack: RackId) -> bool:
+    """True when `node` is in `rack` and would take new work once its job left."""
+    n = state.nodes[node]
+    return n.rack == rack and n.health is Health.HEALTHY and not n.cordoned
+
+
+def _minimal_subsets(
+    freeable: dict[JobId, int], need: int, cost: dict[JobId, float]
+) -> list[tuple[JobId, ...]]:
+    """Sets of victims freeing at least `need` nodes, none of whose members is superfluous."""
+    if sum(freeable.values()) < need:
+        return []
+    ids = sorted(freeable, key=lambda v: (cost[v], v))
+    if len(ids) > 12:
+        # Greedy by cost per node freed, plus every single victim that suffices alone.
+        greedy: list[JobId] = []
+        got = 0
+        for v in sorted(ids, key=lambda v: (cost[v] / freeable[v], v)):
+            greedy.append(v)
+            got += freeable[v]
+            if got >= need:
+                break
+        singles = [(v,) for v in ids if freeable[v] >= need]
+        return [tuple(greedy), *singles]
+    out = []
+    for k in range(1, len(ids) + 1):
+        for subset in itertools.combinations(ids, k):
+            freed = sum(freeable[v] for v in subset)
+            if freed >= need and freed - min(freeable[v] for v in subset) < need:
+                out.append(subset)
+                if len(out) >= MAX_SUBSETS_PER_RACK:
+                    return out
+    return out
+
+
+def _explain(
+    state: ClusterState,
+    job: JobState,
+    targets: list[tuple[RackId, int]],
+    victims: list[JobId],
+    moves: list[tuple[JobId, Placement]],
+    total: float,
+    alternatives: list[DefragAlternative],
+) -> str:
+    racks = ", ".join(dict.fromkeys(r for r, _ in targets))
+    if not victims:
+        return f"room for {job.id} on {racks} without preemption"
+    moved = "; ".join(f"{v} -> {', '.join(dict.fromkeys(p.racks))}" for v, p in moves)
+    alt = (
+        f"; next best {alternatives[0].cost_gpu_hours:.2f} GPU-h on "
+        f"{', '.join(alternatives[0].target_racks)}"
+        if alternatives
+        else ""
+    )
+    return (
+        f"preempt {', '.join(victims)} ({total:.2f} GPU-h) to free {racks} for {job.id}; "
+        f"re-placed: {moved}{alt}"
+    )
+
+
+@dataclass(frozen=True)
+class Defrag:
+    """Reacts to jobs blocked by topology with a defragmentation plan (module docstring)."""
+
+    name: str = "defrag"
+
+    def propose(
+        self, state: ClusterState, events: Sequence[Event], *, now: datetime
+    ) -> Sequence[Command]:
+        """Plan for the first topology-blocked job without a plan in flight."""
+        if state.index is None or not state.settings.defrag_enabled:
+            return []
+        wanted = [e.job for e in events if isinstance(e, JobBlocked) and e.reason == "topology"]
+        if not wanted and not any(e.type in _RETRY for e in events):
+            return []
+        for job in state.queued():
+            blocked = job.blocked
+            if blocked is None or blocked.reason != "topology" or state.reserved_for(job.id):
+                continue
+            plan = plan_defrag(state, job.id, now=now)
+            if plan is not None:
+                return proposals(state, plan, self.name)
+            break  # the head of the blocked line gets the plan, or nobody does
+        return []
+
+
+# After these, a plan that was impossible may have become possible.
+_RETRY = frozenset({"JobCompleted", "JobFailed", "JobCancelled", "PolicyConfigured"})
+
+
+def proposals(state: ClusterState, plan: DefragPlan, policy: str = "defrag") -> list[Command]:
+    """The commands that carry out a plan, in order: record, preempt, place."""
+    out = Proposals(policy, state)
+    out.add(
+        PlanDefrag,
+        job=plan.job,
+        target_racks=plan.target_racks,
+        victims=plan.victims,
+        cost_gpu_hours=plan.cost,
+        alternatives=plan.alternatives,
+        explanation=plan.explanation,
+    )
+    if plan.victims:
+        interactive = any(state.jobs[v].spec.kind is JobKind.INTERACTIVE for v in plan.victims)
+        out.add(
+            PreemptJobs,
+            jobs=plan.victims,
+            cause="defrag",
+            reason=f"defrag for {plan.job}",
+            allow_interactive=interactive,
+            explanation=plan.explanation,
+        )
+    out.add(
+        PlaceJob,
+        job=plan.job,
+        slices=tuple(SliceAssignment(nodes=n) for n in plan.placement.slices),
+        explanation=f"defrag target: {', '.join(plan.target_racks)}",
+    )
+    for victim, p in plan.moves:
+        out.add(
+            PlaceJob,
+            job=victim,
+            slices=tuple(SliceAssignment(nodes=n) for n in p.slices),
+            explanation=f"re-placed after defrag for {plan.job}: {p.explanation}",
+        )
+    return list(out.commands)

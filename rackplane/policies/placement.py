@@ -1,0 +1,316 @@
+"""Topology-aware slice placement: `find_placement(capacity, sizes) -> Placement | Unplaceable`.
+
+Algorithm overview (a job of k full slices of size s, plus at most one smaller remainder):
+
+1. Capacity. Each rack offers `usable` nodes: healthy, uncordoned and free, less its spare
+   reserve, less what racks reserved for other jobs hold, less what this cycle already gave.
+2. Verdict on totals. Fewer usable nodes than the job needs, cluster-wide: `capacity`.
+3. Fit counts. A rack fits `usable // s` full slices; pods and superpods sum their racks.
+4. Domain. The lowest level of the fabric where one domain fits all k slices wins: one rack,
+   else one pod, else one superpod, else the cluster. Among candidate domains, best fit: the one
+   with the fewest fitting slices that is still enough (ties: fewest usable nodes, then order).
+5. Distribution. Inside the domain, pods are taken largest first (fewest pods, nearest in the
+   fabric); inside a pod, racks by best fit: fewest usable nodes that still fit a slice, so
+   partly used racks fill before empty ones are opened.
+6. Remainder. The smaller last slice goes to the best-fit rack nearest (in IB hops) to the
+   job's first slice.
+7. Nodes. Each slice takes the first usable nodes of its rack in rack order (the last free
+   nodes of a rack are the ones shown as its spares).
+
+If step 4 or 6 finds nothing while step 2 passed, the verdict is `topology`: enough nodes in
+total, not in rack-shaped pieces. Cost: O(racks) per job, plus a sort of the chosen domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rackplane.models import BlockReason, Health, JobId, NodeId, PodId, RackId, TopologyIndex
+from rackplane.projections.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where each slice goes: its nodes and its rack, slice by slice."""
+
+    slices: tuple[tuple[NodeId, ...], ...]
+    racks: tuple[RackId, ...]
+    explanation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaceable:
+    """Why a job does not fit now, with the numbers behind the verdict."""
+
+    reason: BlockReason
+    allocatable_nodes: int
+    placeable_slices: int
+    explanation: str
+
+
+class Capacity:
+    """What each rack can give new work during one scheduling cycle.
+
+    Built once per cycle from the state (O(racks)); `commit` deducts a placement so later jobs
+    of the same cycle see it. `exclude` hides racks (reserved for another job) from a query.
+
+    Args:
+        state: the cluster state the cycle starts from.
+        keep_spares: leave each rack its `spares_per_rack` (False only for borrowing work).
+    """
+
+    def __init__(self, state: ClusterState, *, keep_spares: bool = True) -> None:
+        assert state.index is not None, "no topology registered"
+        self.state = state
+        self.index: TopologyIndex = state.index
+        self.spares = state.settings.spares_per_rack if keep_spares else 0
+        self.taken: dict[RackId, set[NodeId]] = {}
+        self.freed: dict[RackId, set[NodeId]] = {}
+        racks = state.racks
+        # Raw room per rack: free nodes less the reserve. It goes negative when a swap has
+        # eaten into the reserve; keeping the sign makes releases and takes add up exactly.
+        self.usable: dict[RackId, int] = {}
+        for r in self.index.racks:
+            rs = racks[r.id]
+            self.usable[r.id] = len(rs.free) - self.spares if rs.healthy else -(10**9)
+
+    @property
+    def total(self) -> int:
+        """Usable nodes, cluster-wide."""
+        return sum(u for u in self.usable.values() if u > 0)
+
+    def nodes(self, rack: RackId, k: int) -> tuple[NodeId, ...]:
+        """The first `k` usable nodes of a rack, in rack order."""
+        taken = self.taken.get(rack, set())
+        order = self.index.node_order
+        pool = self.state.racks[rack].free | self.freed.get(rack, set())
+        free = sorted((n for n in pool if n not in taken), key=order.__getitem__)
+        assert len(free) - self.spares >= k, f"rack {rack} cannot give {k} nodes"
+        return tuple(free[:k])
+
+    def commit(self, placement: Placement) -> None:
+        """Deduct a placement made in this cycle."""
+        for nodes in placement.slices:
+            self.take(nodes)
+
+    def take(self, nodes: Iterable[NodeId]) -> None:
+        """Deduct nodes given away in this cycle."""
+        rack_of = self.state.nodes
+        for n in nodes:
+            rack = rack_of[n].rack
+            self.taken.setdefault(rack, set()).add(n)
+            self.usable[rack] -= 1
+
+    def release(self, nodes: Iterable[NodeId]) -> None:
+        """Count nodes of a job about to be preempted as usable (healthy, uncordoned ones)."""
+        for n in nodes:
+            node = self.state.nodes[n]
+            if node.health is not Health.HEALTHY or node.cordoned:
+                continue
+            if not self.state.racks[node.rack].healthy:
+                continue
+            self.freed.setdefault(node.rack, set()).add(n)
+            self.usable[node.rack] += 1
+
+    def copy(self) -> Capacity:
+        """An independent copy, to try a plan without touching this one."""
+        other = object.__new__(Capacity)
+        other.state = self.state
+        other.index = self.index
+        other.spares = self.spares
+        other.usable = dict(self.usable)
+        other.taken = {r: set(ns) for r, ns in self.taken.items()}
+        other.freed = {r: set(ns) for r, ns in self.freed.items()}
+        return other
+
+    def hold(self, racks: Iterable[RackId]) -> None:
+        """Hide racks from every later query of this cycle (a head-of-line reservation)."""
+        for r in racks:
+            self.usable[r] = min(self.usable[r], 0)
+
+    def view(self, exclude: frozenset[RackId] | set[RackId] = frozenset()) -> dict[RackId, int]:
+        """Usable nodes per rack (never negative), with `exclude` seen as full."""
+        return {r: (0 if r in exclude or u < 0 else u) for r, u in self.usable.items()}
+
+
+def find_placement(
+    capacity: Capacity,
+    sizes: Sequence[int],
+    *,
+    exclude: frozenset[RackId] | set[RackId] = frozenset(),
+    within: Iterable[RackId] | None = None,
+) -> Placement | Unplaceable:
+    """Place slices of `sizes` nodes, each inside one rack, close together in the fabric.
+
+    Args:
+        capacity: this cycle's usable nodes per rack.
+        sizes: nodes per slice: full slices first, at most one smaller remainder last.
+        exclude: racks this job may not use (reserved for another job).
+        within: when given, only these racks are considered (a reservation the job holds).
+
+    Returns:
+        A `Placement`, or an `Unplaceable` saying `capacity` or `topology` and why.
+    """
+    index = capacity.index
+    usable = capacity.view(exclude)
+    if within is not None:
+        allowed = set(within)
+        usable = {r: (u if r in allowed else 0) for r, u in usable.items()}
+    need = sum(sizes)
+    total = sum(usable.values())
+    s = sizes[0]
+    k = sum(1 for x in sizes if x == s)
+    rest = sizes[k:]
+    fits = {r: u // s for r, u in usable.items() if u >= s}
+    placeable = min(k, sum(fits.values()))
+    if total < need:
+        return Unplaceable(
+            "capacity",
+            total,
+            placeable,
+            f"needs {need} nodes ({_shape(sizes)}); {total} allocatable cluster-wide",
+        )
+    chosen = _full_slices(index, usable, fits, s, k)
+    if chosen is None:
+        return _topology_block(usable, sizes, total, placeable)
+    left = dict(usable)
+    for rack in chosen:
+        left[rack] -= s
+    racks = list(chosen)
+    for size in rest:
+        target = _nearest_best_fit(index, left, size, anchor=racks[0])
+        if target is None:
+            return _topology_block(usable, sizes, total, placeable)
+        left[target] -= size
+        racks.append(target)
+    slices = _pick_nodes(capacity, racks, sizes)
+    return Placement(slices, tuple(racks), _explain(capacity, usable, racks, sizes))
+
+
+def _full_slices(
+    index: TopologyIndex, usable: dict[RackId, int], fits: dict[RackId, int], s: int, k: int
+) -> list[RackId] | None:
+    """Racks for k slices of size s (a rack repeated when it takes several), or None."""
+    if sum(fits.values()) < k:
+        return None
+    order = index.rack_order
+    # One rack that takes every slice: the tightest.
+    whole = [r for r, c in fits.items() if c >= k]
+    if whole:
+        best = min(whole, key=lambda r: (usable[r], order[r]))
+        return [best] * k
+    pod_fits: dict[PodId, int] = {}
+    pod_of = index.pod_of
+    for r, c in fits.items():
+        p = pod_of(r)
+        pod_fits[p] = pod_fits.get(p, 0) + c
+    pod_rank = {p: i for i, p in enumerate(index.pod_racks)}
+    pods_fit = [p for p, c in pod_fits.items() if c >= k]
+    if pods_fit:
+        best_pod = min(pods_fit, key=lambda p: (pod_fits[p], pod_rank[p]))
+        pods = [best_pod]
+    else:
+        pods = _spanning_pods(index, pod_fits, pod_rank, k)
+    chosen: list[RackId] = []
+    for p in pods:
+        racks = sorted(
+            (r for r in index.pod_racks[p] if fits.get(r, 0) > 0),
+            key=lambda r: (usable[r], order[r]),
+        )
+        for r in racks:
+            take = min(fits[r], k - len(chosen))
+            chosen.extend([r] * take)
+            if len(chosen) == k:
+                return chosen
+    return None  # unreachable: the pods above hold at least k slices
+
+
+def _spanning_pods(
+    index: TopologyIndex, pod_fits: dict[PodId, int], pod_rank: dict[PodId, int], k: int
+) -> list[PodId]:
+    """Pods for a job no single pod can hold: one superpod if it can, largest pods first."""
+    superpod_of = index.superpod_of
+    groups: dict[PodId | None, int] = {}
+    for p, c in pod_fits.items():
+        groups[superpod_of[p]] = groups.get(superpod_of[p], 0) + c
+    fitting = [g for g, c in groups.items() if g is not None and c >= k]
+    if fitting:
+        group: PodId | None = min(fitting, key=lambda g: (groups[g], str(g)))
+        candidates = [p for p in pod_fits if superpod_of[p] == group]
+        return sorted(candidates, key=lambda p: (-pod_fits[p], pod_rank[p]))
+    # Span superpods: the largest superpods first, largest pods first inside each.
+    group_rank = {g: -c for g, c in groups.items()}
+    return sorted(pod_fits, key=lambda p: (group_rank[superpod_of[p]], -pod_fits[p], pod_rank[p]))
+
+
+def _nearest_best_fit(
+    index: TopologyIndex, usable: dict[RackId, int], size: int, anchor: RackId | None
+) -> RackId | None:
+    order = index.rack_order
+    candidates = [r for r, u in usable.items() if u >= size]
+    if not candidates:
+        return None
+    if anchor is None:
+        return min(candidates, key=lambda r: (usable[r], order[r]))
+    return min(candidates, key=lambda r: (index.hops(anchor, r), usable[r], order[r]))
+
+
+def _pick_nodes(
+    capacity: Capacity, racks: Sequence[RackId], sizes: Sequence[int]
+) -> tuple[tuple[NodeId, ...], ...]:
+    # A rack that takes several slices hands out consecutive runs of its usable nodes.
+    per_rack: dict[RackId, int] = {}
+    for r, size in zip(racks, sizes, strict=True):
+        per_rack[r] = per_rack.get(r, 0) + size
+    pools = {r: list(capacity.nodes(r, n)) for r, n in per_rack.items()}
+    out = []
+    for r, size in zip(racks, sizes, strict=True):
+        out.append(tuple(pools[r][:size]))
+        del pools[r][:size]
+    return tuple(out)
+
+
+def _topology_block(
+    usable: dict[RackId, int], sizes: Sequence[int], total: int, placeable: int
+) -> Unplaceable:
+    largest = max(usable.values(), default=0)
+    return Unplaceable(
+        "topology",
+        total,
+        placeable,
+        f"needs {_shape(sizes)}, each inside one rack; {total} nodes allocatable "
+        f"cluster-wide but only {placeable} of {len(sizes)} slices fit (largest rack room: "
+        f"{largest})",
+    )
+
+
+def _shape(sizes: Sequence[int]) -> str:
+    if len(set(sizes)) == 1:
+        return f"{len(sizes)} slice{'s' if len(sizes) > 1 else ''} of {sizes[0]}"
+    return "slices of " + "+".join(map(str, sizes))
+
+
+def _explain(
+    capacity: Capacity, usable: dict[RackId, int], racks: Sequence[RackId], sizes: Sequence[int]
+) -> str:
+    index = capacity.index
+    distinct = list(dict.fromkeys(racks))
+    pods = list(dict.fromkeys(index.pod_of(r) for r in distinct))
+    if len(distinct) == 1:
+        r = distinct[0]
+        room = usable[r]
+        rack = capacity.state.racks[r]
+        kind = "empty" if len(rack.free) == rack.size else "partly used"
+        return (
+            f"{_shape(sizes)} on rack {r} (best fit: {room} allocatable nodes, {kind} rack), "
+            f"pod {pods[0]}"
+        )
+    where = f"pod {pods[0]}" if len(pods) == 1 else f"{len(pods)} pods ({', '.join(pods)})"
+    return f"{_shape(sizes)} on {len(distinct)} racks in {where}, best fit by rack"
+
+
+def job_racks(state: ClusterState, job: JobId) -> tuple[RackId, ...]:
+    """Racks a job's slices occupy, in slice order."""
+    j = state.jobs[job]
+    return tuple(dict.fromkeys(r for s in j.slices for r in s.racks))

@@ -1,0 +1,256 @@
+"""`spare_swap`: what happens to a running slice when one of its nodes fails.
+
+For each failed node that serves a slice, in this order:
+
+1. Swap: a free healthy node of the same rack (a spare, or any free node) replaces it; the
+   rest of the slice keeps running. Several failures in one slice are swapped one by one.
+2. Evict a borrower: when the rack's spares are lent to short preemptible work, that work is
+   evicted (re-queued ahead of its peers) and its node takes the swap.
+3. Degrade: the job allows nonuniform tensor parallelism (`min_nodes_per_slice`) and the
+   cluster has NTP on: the slice drops the node and goes on at a lower TP degree.
+4. Migrate: the broken slice alone moves to the nearest rack with room (best fit, closest in
+   IB hops to the job's other slices); the job restarts from its last checkpoint.
+5. Requeue: nothing else works; the job is suspended and queued again ahead of its peers.
+
+A rack-level fault (NVSwitch tray, power) takes every node of the rack at once: each slice in
+it migrates, or its job is re-queued. The spare pool refills by itself: the reserve is a count
+of healthy free nodes, so repaired or freed nodes of the rack become spares again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rackplane.models import (
+    Command,
+    DegradeSlice,
+    Event,
+    Health,
+    JobId,
+    MigrateSlice,
+    NodeFailed,
+    NodeId,
+    PreemptJobs,
+    RackFailed,
+    RackId,
+    SwapNode,
+)
+from rackplane.policies._proposals import Proposals, own_rejections
+from rackplane.policies.placement import Capacity
+from rackplane.projections.state import ClusterState, JobState, SliceState
+
+
+@dataclass(frozen=True)
+class SpareSwap:
+    """Reacts to node and rack failures under running slices (see the module docstring)."""
+
+    name: str = "spare_swap"
+
+    def propose(
+        self, state: ClusterState, events: Sequence[Event], *, now: datetime
+    ) -> Sequence[Command]:
+        """Swap, evict, degrade, migrate or requeue, for each slice a failure broke."""
+        if state.index is None:
+            return []
+        broken = _broken_slices(state, events, rescan=own_rejections(self.name, events))
+        if not broken:
+            return []
+        return recover(state, broken, self.name)
+
+
+def _broken_slices(
+    state: ClusterState, events: Sequence[Event], *, rescan: bool
+) -> list[tuple[JobId, int]]:
+    """Slices with a failed node or in a failed rack that the events point at."""
+    found: dict[tuple[JobId, int], None] = {}
+    for e in events:
+        if isinstance(e, NodeFailed) and e.job is not None and e.slice is not None:
+            found[(e.job, e.slice)] = None
+        elif isinstance(e, RackFailed):
+            for job_id in e.jobs:
+                job = state.jobs.get(job_id)
+                for s in job.slices if job else ():
+                    if e.rack in s.racks:
+                        found[(job_id, s.index)] = None
+    if rescan:  # a proposal was stale: look at every running slice again
+        for job in state.jobs.values():
+            for s in job.slices:
+                if _failed_nodes(state, s) or not _racks_healthy(state, s):
+                    found[(job.id, s.index)] = None
+    return [key for key in found if key[0] in state.jobs and state.jobs[key[0]].status.holds_nodes]
+
+
+def _failed_nodes(state: ClusterState, s: SliceState) -> list[NodeId]:
+    return [n for n in s.nodes if state.nodes[n].health is Health.FAILED]
+
+
+def _racks_healthy(state: ClusterState, s: SliceState) -> bool:
+    return all(state.racks[r].healthy for r in s.racks)
+
+
+def recover(state: ClusterState, broken: list[tuple[JobId, int]], policy: str) -> list[Command]:
+    """Proposals that bring every broken slice back to health, one failure at a time."""
+    out = Proposals(policy, state)
+    capacity = Capacity(state)
+    spares_used: set[NodeId] = set()
+    requeued: set[JobId] = set()
+    evicted: set[JobId] = set()
+    for job_id, index in broken:
+        if job_id in requeued:
+            continue
+        job = state.jobs[job_id]
+        s = job.slices[index]
+        if not _racks_healthy(state, s):
+            _move_or_requeue(out, state, capacity, job, s, requeued, "its rack failed")
+            continue
+        failed = _failed_nodes(state, s)
+        remaining = list(s.nodes)
+        for dead in failed:
+            spare = _spare(state, s.racks[0], spares_used)
+            if spare is not None:
+                spares_used.add(spare)
+                left = len(state.racks[s.racks[0]].available - spares_used)
+                out.add(
+                    SwapNode,
+                    job=job_id,
+                    slice=index,
+                    old_node=dead,
+                    new_node=spare,
+                    explanation=(
+                        f"{dead} failed; swapped for {spare} from rack {s.racks[0]} "
+                        f"({left} free left); the slice keeps running"
+                    ),
+                )
+                continue
+            lent = _borrower_node(state, s.racks[0], job_id, spares_used, evicted)
+            if lent is not None:
+                borrower, node = lent
+                if borrower not in evicted:
+                    evicted.add(borrower)
+                    out.add(
+                        PreemptJobs,
+                        jobs=(borrower,),
+                        cause="eviction",
+                        reason=f"rack {s.racks[0]} needs its spare for a swap",
+                    )
+                spares_used.add(node)
+                out.add(
+                    SwapNode,
+                    job=job_id,
+                    slice=index,
+                    old_node=dead,
+                    new_node=node,
+                    explanation=(
+                        f"{dead} failed; no idle spare in {s.racks[0]}: evicted borrower "
+                        f"{borrower} and swapped for {node}"
+                    ),
+                )
+                continue
+            floor = job.spec.min_nodes_per_slice
+            if state.settings.ntp_allowed and floor is not None and len(remaining) - 1 >= floor:
+                remaining.remove(dead)
+                gpn = state.racks[s.racks[0]].gpus_per_node
+                before, after = (len(remaining) + 1) * gpn, len(remaining) * gpn
+                boost = " with power boost" if state.settings.ntp_power_boost else ""
+                out.add(
+                    DegradeSlice,
+                    job=job_id,
+                    slice=index,
+                    remove=(dead,),
+                    explanation=(
+                        f"{dead} failed and rack {s.racks[0]} has no spare left; slice {index} "
+                        f"goes on at {after} GPUs instead of {before} (NTP{boost})"
+                    ),
+                )
+                continue
+            _move_or_requeue(
+                out,
+                state,
+                capacity,
+                job,
+                s,
+                requeued,
+                f"{dead} failed and {s.racks[0]} has no spare",
+            )
+            break
+    return list(out.commands)
+
+
+def _spare(state: ClusterState, rack: RackId, used: set[NodeId]) -> NodeId | None:
+    """A free healthy node of the rack: the last one in rack order (the designated spare)."""
+    rs = state.racks[rack]
+    if not rs.healthy:
+        return None
+    assert state.index is not None
+    for n in reversed(state.index.rack(rack).nodes):
+        if n in rs.free and n not in used:
+            return n
+    return None
+
+
+def _borrower_node(
+    state: ClusterState, rack: RackId, job: JobId, used: set[NodeId], evicted: set[JobId]
+) -> tuple[JobId, NodeId] | None:
+    """A node of the rack held by a job running on borrowed spares (not `job` itself)."""
+    assert state.index is not None
+    for n in reversed(state.index.rack(rack).nodes):
+        holder = state.nodes[n].job
+        if n in used or holder is None or holder == job:
+            continue
+        j = state.jobs[holder]
+        if j.borrowing and state.nodes[n].health is Health.HEALTHY:
+            return holder, n
+    return None
+
+
+def _move_or_requeue(
+    out: Proposals,
+    state: ClusterState,
+    capacity: Capacity,
+    job: JobState,
+    s: SliceState,
+    requeued: set[JobId],
+    why: str,
+) -> None:
+    target = _migration_target(state, capacity, job, s)
+    if target is not None:
+        nodes = capacity.nodes(target, s.size)
+        capacity.take(nodes)
+        out.add(
+            MigrateSlice,
+            job=job.id,
+            slice=s.index,
+            nodes=nodes,
+            explanation=(
+                f"{why}; slice {s.index} moves to rack {target} (nearest with room) and the job "
+                "restarts from its last checkpoint; its other slices stay"
+            ),
+        )
+        return
+    requeued.add(job.id)
+    out.add(
+        PreemptJobs,
+        jobs=(job.id,),
+        cause="failure",
+        reason=f"{why}; no rack has room for slice {s.index} ({s.size} nodes)",
+        explanation="suspended and queued again ahead of its peers",
+    )
+
+
+def _migration_target(
+    state: ClusterState, capacity: Capacity, job: JobState, s: SliceState
+) -> RackId | None:
+    index = capacity.index
+    others = [r for t in job.slices if t.index != s.index for r in t.racks]
+    anchor = others[0] if others else s.racks[0]
+    order = index.rack_order
+    candidates = [
+        r
+        for r, u in capacity.usable.items()
+        if u >= s.size and r not in s.racks and state.reservations.get(r, job.id) == job.id
+    ]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda r: (index.hops(anchor, r), capacity.usable[r], order[r]))

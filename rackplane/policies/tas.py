@@ -1,0 +1,236 @@
+"""`tas`: topology-aware slice scheduling, and the `naive` baseline that ignores racks.
+
+The scheduling cycle (run when something that frees nodes or adds work happens):
+
+1. Build this cycle's capacity from the state: usable nodes per rack, spares kept back.
+2. Walk the queue: priority first, re-queued jobs ahead of their peers, then FIFO.
+3. A job that holds a defrag reservation is placed inside its reserved racks first.
+4. Others are placed by `find_placement` (best fit, lowest fabric domain), never on racks
+   reserved for another job, nor on the racks the head of the line holds (step 6).
+5. A short preemptible job that does not fit may borrow spares when `borrow_spares` is on.
+6. A job that does not fit is blocked with its reason (`capacity` or `topology`) and the
+   numbers; the first such job that could ever fit holds the racks closest to fitting it, so
+   smaller jobs behind it do not keep taking them (no starvation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rackplane.models import (
+    BlockJob,
+    Command,
+    Event,
+    JobKind,
+    PlaceJob,
+    RackId,
+    SliceAssignment,
+)
+from rackplane.policies._proposals import Proposals, own_rejections
+from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_placement
+from rackplane.projections.state import ClusterState, JobState
+
+# Events after which a scheduling cycle may place something (or must re-examine the queue).
+TRIGGERS = frozenset(
+    {
+        "TopologyRegistered",
+        "PolicyConfigured",
+        "JobSubmitted",
+        "JobCompleted",
+        "JobFailed",
+        "JobCancelled",
+        "JobPreempted",
+        "SliceMigrated",
+        "SliceDegraded",
+        "NodeRepaired",
+        "NodeRecovered",
+        "NodeUncordoned",
+        "RackRecovered",
+        "DefragPlanned",
+    }
+)
+
+
+def triggered(policy: str, events: Sequence[Event]) -> bool:
+    """True when `events` may change what the queue can place."""
+    return any(e.type in TRIGGERS for e in events) or own_rejections(policy, events)
+
+
+@dataclass(frozen=True)
+class TopologyAwareScheduler:
+    """Places queued jobs slice by slice inside racks (see the module docstring)."""
+
+    name: str = "tas"
+
+    def propose(
+        self, state: ClusterState, events: Sequence[Event], *, now: datetime
+    ) -> Sequence[Command]:
+        """Run a scheduling cycle when `events` call for one."""
+        if state.index is None or not triggered(self.name, events):
+            return []
+        return schedule(state, self.name)
+
+
+def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
+    """One scheduling cycle over the queue; returns PlaceJob and BlockJob proposals."""
+    out = Proposals(policy, state)
+    capacity = Capacity(state)
+    borrow = Capacity(state, keep_spares=False) if state.settings.borrow_spares else None
+    reserved = dict(state.reservations)
+    head_held: set[RackId] = set()
+    verdicts: dict[tuple[int, ...], Unplaceable] = {}
+    for job in state.queued():
+        sizes = job.spec.slice_sizes
+        mine = [r for r, j in reserved.items() if j == job.id]
+        others = {r for r, j in reserved.items() if j != job.id} | head_held
+        result: Placement | Unplaceable | None = None
+        if mine:
+            result = find_placement(capacity, sizes, within=mine)
+        if not isinstance(result, Placement):
+            result = verdicts.get(sizes) if not mine else None
+            if result is None:
+                result = find_placement(capacity, sizes, exclude=others)
+        if isinstance(result, Placement):
+            _place(out, capacity, borrow, job, result, borrowing=False)
+            verdicts.clear()
+            continue
+        verdicts[sizes] = result
+        if borrow is not None and _may_borrow(state, job):
+            lent = find_placement(borrow, sizes, exclude=others)
+            if isinstance(lent, Placement):
+                _place(out, capacity, borrow, job, lent, borrowing=True)
+                verdicts.clear()
+                continue
+        _block(out, job, result)
+        if not head_held and _could_ever_fit(state, sizes):
+            head_held = _closest_racks(capacity, sizes, others)
+            capacity.hold(head_held)
+            if borrow is not None:
+                borrow.hold(head_held)
+    return list(out.commands)
+
+
+def _place(
+    out: Proposals,
+    capacity: Capacity,
+    borrow: Capacity | None,
+    job: JobState,
+    placement: Placement,
+    *,
+    borrowing: bool,
+) -> None:
+    out.add(
+        PlaceJob,
+        job=job.id,
+        slices=tuple(SliceAssignment(nodes=n) for n in placement.slices),
+        borrowing=borrowing,
+        explanation=placement.explanation + (" (on borrowed spares)" if borrowing else ""),
+    )
+    for cap in (capacity, borrow):
+        if cap is not None:
+            cap.commit(placement)
+
+
+def _block(out: Proposals, job: JobState, verdict: Unplaceable) -> None:
+    # Re-blocking for the same reason would only repeat the record: numbers at the time the
+    # job first met this reason stand until the reason changes.
+    if job.blocked is not None and job.blocked.reason == verdict.reason:
+        return
+    out.add(
+        BlockJob,
+        job=job.id,
+        reason=verdict.reason,
+        allocatable_nodes=verdict.allocatable_nodes,
+        placeable_slices=verdict.placeable_slices,
+        explanation=verdict.explanation,
+    )
+
+
+def _may_borrow(state: ClusterState, job: JobState) -> bool:
+    d = job.spec.expected_duration
+    return (
+        job.spec.kind is JobKind.MANAGED
+        and d is not None
+        and d <= state.settings.borrow_max_duration
+    )
+
+
+def _could_ever_fit(state: ClusterState, sizes: tuple[int, ...]) -> bool:
+    """True when an empty cluster would take the job (else holding racks for it is waste)."""
+    keep = state.settings.spares_per_rack
+    room = sorted((r.size - keep for r in state.racks.values()), reverse=True)
+    slots = sum(max(0, r) // sizes[0] for r in room)
+    return bool(room) and room[0] >= sizes[0] and slots >= len(sizes)
+
+
+def _closest_racks(capacity: Capacity, sizes: tuple[int, ...], others: set[RackId]) -> set[RackId]:
+    """The racks that will fit the job soonest: the ones with the most usable nodes now."""
+    order = capacity.index.rack_order
+    racks = sorted(
+        (r for r in capacity.usable if r not in others and capacity.state.racks[r].healthy),
+        key=lambda r: (-capacity.usable[r], order[r]),
+    )
+    return set(racks[: len(sizes)])
+
+
+@dataclass(frozen=True)
+class NaiveScheduler:
+    """The baseline that ignores racks: first fit over free healthy nodes in id order.
+
+    Slices are cut from consecutive nodes, so they may span racks; run it with
+    `rack_local_slices: false`. It keeps spares and defrag reservations, and only ever blocks
+    for `capacity`.
+    """
+
+    name: str = "naive"
+
+    def propose(
+        self, state: ClusterState, events: Sequence[Event], *, now: datetime
+    ) -> Sequence[Command]:
+        """Place every queued job that fits, first fit, in queue order."""
+        if state.index is None or not any(e.type in TRIGGERS for e in events):
+            return []
+        out = Proposals(self.name, state)
+        capacity = Capacity(state)
+        reserved = dict(state.reservations)
+        for job in state.queued():
+            order = capacity.index.racks
+            pool: list[str] = []
+            need = job.spec.nodes
+            for rack in order:
+                holder = reserved.get(rack.id)
+                if holder is not None and holder != job.id:
+                    continue
+                k = min(capacity.usable[rack.id], need - len(pool))
+                if k > 0:
+                    pool.extend(capacity.nodes(rack.id, k))
+                if len(pool) == need:
+                    break
+            if len(pool) < need:
+                _block(
+                    out,
+                    job,
+                    Unplaceable(
+                        "capacity",
+                        capacity.total,
+                        0,
+                        f"needs {need} nodes; {capacity.total} allocatable cluster-wide",
+                    ),
+                )
+                continue
+            slices, at = [], 0
+            for size in job.spec.slice_sizes:
+                slices.append(tuple(pool[at : at + size]))
+                at += size
+            racks = tuple(capacity.state.nodes[s[0]].rack for s in slices)
+            placement = Placement(tuple(slices), racks, "first fit in node order (naive)")
+            out.add(
+                PlaceJob,
+                job=job.id,
+                slices=tuple(SliceAssignment(nodes=s) for s in slices),
+                explanation=placement.explanation,
+            )
+            capacity.commit(placement)
+        return list(out.commands)
