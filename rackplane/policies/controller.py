@@ -625,8 +625,8 @@ def _preempt_jobs(s: ClusterState, c: PreemptJobs, out: _Emitter) -> None:
 
 def _plan_defrag(s: ClusterState, c: PlanDefrag, out: _Emitter) -> None:
     job = _job(s, c.job)
-    if job.status is not JobStatus.QUEUED:
-        _reject("invalid_state", f"job {c.job} is {job.status.value}; only a queued job waits")
+    if job.status.final:
+        _reject("invalid_state", f"job {c.job} is {job.status.value}")
     for rack in c.target_racks:
         state = s.racks.get(rack)
         if state is None:

@@ -5,7 +5,8 @@ Algorithm overview (`plan_defrag`):
 1. Victims. Candidates are jobs that hold nodes, are `managed` (or `interactive` while an
    operator allows it; `inference` never), and have a priority no higher than the blocked
    job's. Preempting one costs its GPUs x (time since its last checkpoint + restart overhead),
-   halved for each priority level below the blocked job's, so lower priority is preferred.
+   halved for each priority level below the blocked job's (lower priority is preferred) and
+   multiplied by 1 + its earlier preemptions (the same job is not moved again and again).
 2. Options. For each slice of the blocked job, every healthy rack not reserved for another job
    offers options: nothing to do when it already has room, else each minimal set of its victims
    whose nodes make room. Options are ranked by cost, then fewer victims, then fabric distance
@@ -51,8 +52,10 @@ from rackplane.projections.state import ClusterState, JobState, restart_cost
 
 MAX_SUBSETS_PER_RACK = 4096
 """Exhaustive victim subsets per rack up to 12 candidates; greedy beyond."""
-MAX_TRIES_PER_SLICE = 512
+MAX_TRIES_PER_SLICE = 256
 """Victim sets validated per slice before giving up (each try re-places the victims)."""
+MAX_EXTRAS = 2
+"""Extra victims (outside the target rack) a chain may add to a seed."""
 ALTERNATIVES_KEPT = 3
 
 
@@ -79,18 +82,24 @@ class _Option:
 
 def victim_cost(state: ClusterState, victim: JobState, priority: int, now: datetime) -> float:
     """Weighted cost of preempting `victim` for a job of `priority` (see step 1)."""
-    return restart_cost(state, victim, now) * 2.0 ** (victim.spec.priority - priority)
+    weight = 2.0 ** (victim.spec.priority - priority) * (1 + victim.preemptions)
+    return restart_cost(state, victim, now) * weight
 
 
 def candidates(state: ClusterState, job: JobState) -> list[JobState]:
     """Jobs the defrag may preempt for `job`, in queue order."""
+    return _candidates(state, job.id, job.spec.priority)
+
+
+def _candidates(state: ClusterState, beneficiary: JobId, priority: int) -> list[JobState]:
+    # Victims never include the beneficiary itself, nor jobs of higher priority.
     interactive_ok = (
         state.settings.allow_interactive_preemption
         and state.interactive_preemption_allowed_by is not None
     )
     out = []
     for v in state.jobs.values():
-        if v.id == job.id or not v.status.holds_nodes or v.spec.priority > job.spec.priority:
+        if v.id == beneficiary or not v.status.holds_nodes or v.spec.priority > priority:
             continue
         kind = v.spec.kind
         if kind is JobKind.MANAGED or (kind is JobKind.INTERACTIVE and interactive_ok):
@@ -130,10 +139,25 @@ def replace_victims(
 
 def plan_defrag(state: ClusterState, job_id: JobId, *, now: datetime) -> DefragPlan | None:
     """The least disruptive valid plan that places `job_id` inside racks, or None."""
-    assert state.index is not None
     job = state.jobs[job_id]
     if job.status is not JobStatus.QUEUED:
         return None
+    return plan_room(state, job_id, job.spec.slice_sizes, now=now)
+
+
+def plan_room(
+    state: ClusterState,
+    job_id: JobId,
+    sizes: Sequence[int],
+    *,
+    now: datetime,
+    avoid: frozenset[RackId] = frozenset(),
+) -> DefragPlan | None:
+    """The least disruptive valid plan that frees rack-shaped room for slices of `sizes`
+    nodes on behalf of `job_id` (queued, or running and needing a rack for one slice), never
+    in the racks of `avoid`; None when no valid plan exists."""
+    assert state.index is not None
+    job = state.jobs[job_id]
     pool = candidates(state, job)
     cost = {v.id: victim_cost(state, v, job.spec.priority, now) for v in pool}
     by_id = {v.id: v for v in pool}
@@ -146,13 +170,15 @@ def plan_defrag(state: ClusterState, job_id: JobId, *, now: datetime) -> DefragP
     open_racks = [
         r.id
         for r in index.racks
-        if state.racks[r.id].healthy and state.reservations.get(r.id, job_id) == job_id
+        if state.racks[r.id].healthy
+        and state.reservations.get(r.id, job_id) == job_id
+        and r.id not in avoid
     ]
     targets: list[tuple[RackId, int]] = []
     chosen: list[JobId] = []
     result: tuple[Placement, list[tuple[JobId, Placement]]] | None = None
     alternatives: list[DefragAlternative] = []
-    for size in job.spec.slice_sizes:
+    for size in sizes:
         trial = base.copy()
         for vid in chosen:
             trial.release(by_id[vid].nodes)
@@ -195,9 +221,10 @@ def plan_defrag(state: ClusterState, job_id: JobId, *, now: datetime) -> DefragP
 class _Search:
     """Victim sets for one slice in order of cost: each seed (a rack and a minimal set of its
     victims) first alone, then with extra victims elsewhere, whose leaving can make room to
-    re-place the others (a chain). Extras are enumerated lazily, cheapest subsets first: from
-    (set, last) the next are (set + next) and (set - last + next), which visits every subset of
-    the extras exactly once in non-decreasing cost. Stops after `MAX_TRIES_PER_SLICE`."""
+    re-place the others (a chain of at most `MAX_EXTRAS`). Extras are enumerated lazily,
+    cheapest subsets first: from (set, last) the next are (set + next) and (set - last + next),
+    which visits every subset of the extras exactly once in non-decreasing cost. Stops after
+    `MAX_TRIES_PER_SLICE` validations."""
 
     def __init__(
         self,
@@ -245,7 +272,8 @@ class _Search:
             while nxt < len(self.extras) and self.extras[nxt] in seed.victims:
                 nxt += 1
             if nxt < len(self.extras):
-                self._push(seed, (*extra, self.extras[nxt]), nxt)
+                if len(extra) < MAX_EXTRAS:
+                    self._push(seed, (*extra, self.extras[nxt]), nxt)
                 if extra:
                     self._push(seed, (*extra[:-1], self.extras[nxt]), nxt)
             victims = seed.victims + extra

@@ -9,7 +9,9 @@ For each failed node that serves a slice, in this order:
 3. Degrade: the job allows nonuniform tensor parallelism (`min_nodes_per_slice`) and the
    cluster has NTP on: the slice drops the node and goes on at a lower TP degree.
 4. Migrate: the broken slice alone moves to the nearest rack with room (best fit, closest in
-   IB hops to the job's other slices); the job restarts from its last checkpoint.
+   IB hops to the job's other slices); the job restarts from its last checkpoint. When no
+   rack has room and defrag is on, cheaper lower-priority work is preempted and re-placed to
+   make one (the same planner as Auto Defrag), rather than stopping the whole job.
 5. Requeue: nothing else works; the job is suspended and queued again ahead of its peers.
 
 A rack-level fault (NVSwitch tray, power) takes every node of the rack at once: each slice in
@@ -32,12 +34,16 @@ from rackplane.models import (
     MigrateSlice,
     NodeFailed,
     NodeId,
+    PlaceJob,
+    PlanDefrag,
     PreemptJobs,
     RackFailed,
     RackId,
+    SliceAssignment,
     SwapNode,
 )
 from rackplane.policies._proposals import Proposals, own_rejections
+from rackplane.policies.defrag import DefragPlan, plan_room
 from rackplane.policies.placement import Capacity
 from rackplane.projections.state import ClusterState, JobState, SliceState
 
@@ -57,7 +63,7 @@ class SpareSwap:
         broken = _broken_slices(state, events, rescan=own_rejections(self.name, events))
         if not broken:
             return []
-        return recover(state, broken, self.name)
+        return recover(state, broken, self.name, now=now)
 
 
 def _broken_slices(
@@ -90,7 +96,9 @@ def _racks_healthy(state: ClusterState, s: SliceState) -> bool:
     return all(state.racks[r].healthy for r in s.racks)
 
 
-def recover(state: ClusterState, broken: list[tuple[JobId, int]], policy: str) -> list[Command]:
+def recover(
+    state: ClusterState, broken: list[tuple[JobId, int]], policy: str, *, now: datetime
+) -> list[Command]:
     """Proposals that bring every broken slice back to health, one failure at a time."""
     out = Proposals(policy, state)
     capacity = Capacity(state)
@@ -103,7 +111,7 @@ def recover(state: ClusterState, broken: list[tuple[JobId, int]], policy: str) -
         job = state.jobs[job_id]
         s = job.slices[index]
         if not _racks_healthy(state, s):
-            _move_or_requeue(out, state, capacity, job, s, requeued, "its rack failed")
+            _move_or_requeue(out, state, capacity, job, s, requeued, "its rack failed", now)
             continue
         failed = _failed_nodes(state, s)
         remaining = list(s.nodes)
@@ -165,15 +173,8 @@ def recover(state: ClusterState, broken: list[tuple[JobId, int]], policy: str) -
                     ),
                 )
                 continue
-            _move_or_requeue(
-                out,
-                state,
-                capacity,
-                job,
-                s,
-                requeued,
-                f"{dead} failed and {s.racks[0]} has no spare",
-            )
+            why = f"{dead} failed and {s.racks[0]} has no spare"
+            _move_or_requeue(out, state, capacity, job, s, requeued, why, now)
             break
     return list(out.commands)
 
@@ -213,6 +214,7 @@ def _move_or_requeue(
     s: SliceState,
     requeued: set[JobId],
     why: str,
+    now: datetime,
 ) -> None:
     target = _migration_target(state, capacity, job, s)
     if target is not None:
@@ -229,6 +231,11 @@ def _move_or_requeue(
             ),
         )
         return
+    if state.settings.defrag_enabled:
+        plan = plan_room(state, job.id, (s.size,), now=now, avoid=frozenset(s.racks))
+        if plan is not None:
+            _migrate_with_room(out, state, capacity, job, s, plan, why)
+            return
     requeued.add(job.id)
     out.add(
         PreemptJobs,
@@ -237,6 +244,60 @@ def _move_or_requeue(
         reason=f"{why}; no rack has room for slice {s.index} ({s.size} nodes)",
         explanation="suspended and queued again ahead of its peers",
     )
+
+
+def _migrate_with_room(
+    out: Proposals,
+    state: ClusterState,
+    capacity: Capacity,
+    job: JobState,
+    s: SliceState,
+    plan: DefragPlan,
+    why: str,
+) -> None:
+    """No rack has room: preempt cheaper lower-priority work to make one (a defrag for a
+    running job), rather than stop the whole job."""
+    (target,) = plan.target_racks
+    (nodes,) = plan.placement.slices
+    out.add(
+        PlanDefrag,
+        job=job.id,
+        target_racks=plan.target_racks,
+        victims=plan.victims,
+        cost_gpu_hours=plan.cost,
+        alternatives=plan.alternatives,
+        explanation=f"room for slice {s.index} of {job.id}: {plan.explanation}",
+    )
+    if plan.victims:
+        out.add(
+            PreemptJobs,
+            jobs=plan.victims,
+            cause="defrag",
+            reason=f"room to move slice {s.index} of {job.id}",
+            allow_interactive=any(
+                state.jobs[v].spec.kind.value == "interactive" for v in plan.victims
+            ),
+            explanation=plan.explanation,
+        )
+    out.add(
+        MigrateSlice,
+        job=job.id,
+        slice=s.index,
+        nodes=nodes,
+        explanation=(
+            f"{why}; no rack had room, so {', '.join(plan.victims) or 'nothing'} made way on "
+            f"{target}; the job restarts from its last checkpoint; its other slices stay"
+        ),
+    )
+    capacity.take(nodes)
+    for victim, placement in plan.moves:
+        out.add(
+            PlaceJob,
+            job=victim,
+            slices=tuple(SliceAssignment(nodes=n) for n in placement.slices),
+            explanation=f"re-placed to make room for {job.id}: {placement.explanation}",
+        )
+        capacity.commit(placement)
 
 
 def _migration_target(

@@ -342,6 +342,7 @@ def _slice_migrated(b: _Builder, e: SliceMigrated) -> None:
     job = b.replace_slice(job, new)
     restarted = e.at if job.run_since is not None else None
     b.put_job(replace(job, migrations=job.migrations + 1, run_since=restarted))
+    b.release_reservations(job.id)
 
 
 def _slice_degraded(b: _Builder, e: SliceDegraded) -> None:

@@ -236,9 +236,8 @@ def job_gpus(state: ClusterState, job: JobState) -> int:
 
 def restart_cost(state: ClusterState, job: JobState, at: datetime) -> float:
     """GPU-hours a restart of `job` at `at` costs: its work since the last checkpoint plus the
-    restart overhead, over all the GPUs it holds. A job that has not started loses nothing."""
-    if job.run_since is None:
-        return 0.0
+    restart overhead, over all the GPUs it holds. A job placed but not yet started loses only
+    the overhead (it starts over elsewhere)."""
     span = job.at_risk(at) + state.settings.restart_overhead
     return job_gpus(state, job) * span.total_seconds() / 3600.0
 
