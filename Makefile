@@ -1,0 +1,50 @@
+# rackplane: the two commands a fresh machine needs are `make up` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+SRC    := rackplane tests bench scripts
+
+.PHONY: up demo test test-kafka lint bench clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Stamps: reinstall when pyproject.toml changes.
+$(VENV)/.runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@ $(VENV)/.runtime
+
+## up: create the virtualenv, install, and run the demo story on the 128-rack example
+up: $(VENV)/.runtime
+	$(BIN)/rackplane demo
+
+demo: up
+
+## test: lint, type-check (strict on the pure core) and run every test (Tansu broker tier too)
+test: $(VENV)/.dev
+	$(BIN)/ruff check $(SRC)
+	$(BIN)/ruff format --check $(SRC)
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+## test-kafka: the broker contract suite against a real Apache Kafka 4.x (KRaft), fetched with Maven
+test-kafka: $(VENV)/.dev
+	$(BIN)/python scripts/kafka/kafka_server.py run -- $(BIN)/pytest -m broker tests/broker
+
+## bench: benchmarks; results go to docs/BENCHMARKS.md by hand, with the machine and date
+bench: $(VENV)/.dev
+	$(BIN)/python -m bench
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check $(SRC)
+	$(BIN)/ruff format --check $(SRC)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,30 @@
+"""`rackplane ...`: the command line. An adapter: it reads files, calls the core, renders."""
+
+from __future__ import annotations
+
+import typer
+
+from rackplane import __version__
+from rackplane.cli._demo import demo
+from rackplane.cli._topology import topology_app
+
+app = typer.Typer(
+    name="rackplane",
+    help="Event-sourced control plane for rack-scale GPU clusters (NVL72 and alike).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(topology_app, name="topology")
+app.command()(demo)
+
+
+@app.command()
+def version() -> None:
+    """Print rackplane's version."""
+    typer.echo(f"rackplane {__version__}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

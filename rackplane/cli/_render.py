@@ -1,0 +1,109 @@
+"""Rich rendering shared by commands: occupancy tables, errors, JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+from rich.console import Console
+from rich.table import Table
+
+from rackplane.projections import ClusterSummary, RackOccupancy
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print an error for the user (no traceback) and exit."""
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise SystemExit(code)
+
+
+def print_json(data: Any) -> None:
+    """JSON on stdout, nothing else (for scripts)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def occupancy_table(rows: list[RackOccupancy], title: str = "Rack occupancy") -> Table:
+    """One row per rack: allocated / free / spare / failed / unavailable and its jobs."""
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for name, justify in (
+        ("rack", "left"),
+        ("pod", "left"),
+        ("alloc", "right"),
+        ("free", "right"),
+        ("spare", "right"),
+        ("failed", "right"),
+        ("unavail", "right"),
+        ("jobs", "left"),
+    ):
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        jobs = ", ".join(r.jobs[:4]) + (f" +{len(r.jobs) - 4}" if len(r.jobs) > 4 else "")
+        t.add_row(
+            r.rack + ("" if r.healthy else " [red](rack fault)[/]"),
+            r.pod,
+            str(r.allocated),
+            str(r.free),
+            _warn(r.spare, 0),
+            _warn(r.failed, 1, bad=True),
+            str(r.unavailable),
+            jobs,
+        )
+    return t
+
+
+def pod_table(rows: list[RackOccupancy]) -> Table:
+    """Occupancy summed per IB pod."""
+    t = Table(title="Occupancy by pod", title_justify="left", header_style="bold")
+    for name in ("pod", "racks", "full", "empty", "alloc", "free", "spare", "failed"):
+        t.add_column(name, justify="left" if name == "pod" else "right")
+    pods: dict[str, list[RackOccupancy]] = {}
+    for r in rows:
+        pods.setdefault(r.pod, []).append(r)
+    for pod, rs in pods.items():
+        t.add_row(
+            pod,
+            str(len(rs)),
+            str(sum(1 for r in rs if r.free == 0)),
+            str(sum(1 for r in rs if r.allocated == 0)),
+            str(sum(r.allocated for r in rs)),
+            str(sum(r.free for r in rs)),
+            str(sum(r.spare for r in rs)),
+            str(sum(r.failed for r in rs)),
+        )
+    return t
+
+
+def summary_table(s: ClusterSummary) -> Table:
+    """The cluster's totals, two columns."""
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    rows = [
+        ("racks", s.racks),
+        ("nodes", s.nodes),
+        ("GPUs", s.gpus),
+        ("allocated nodes", s.allocated),
+        ("free nodes", s.free),
+        ("spare nodes", s.spare),
+        ("failed nodes", s.failed),
+        ("racks full / empty", f"{s.racks_full} / {s.racks_empty}"),
+        ("jobs running / placed", f"{s.jobs_running} / {s.jobs_placed}"),
+        ("jobs queued (blocked)", f"{s.jobs_queued} ({s.jobs_blocked})"),
+        ("jobs finished", s.jobs_finished),
+        ("events", s.seq),
+    ]
+    for k, v in rows:
+        t.add_row(k, f"{v:,}" if isinstance(v, int) else str(v))
+    return t
+
+
+def _warn(value: int, threshold: int, *, bad: bool = False) -> str:
+    if bad and value >= threshold:
+        return f"[red]{value}[/]"
+    if not bad and value <= threshold:
+        return f"[yellow]{value}[/]"
+    return str(value)
