@@ -1,0 +1,539 @@
+#!/usr/bin/env python3
+"""A throwaway single-node Apache Kafka 4.1.1 broker (KRaft) for `make test-kafka`.
+
+Theory of operation
+-------------------
+1. Fetch. The broker classpath is `org.apache.kafka:kafka_2.13:4.1.1` and its runtime
+   dependencies plus an slf4j binding (`pom.xml` next to this file). Maven copies them into a
+   cache directory (`$RACKPLANE_CACHE/kafka-4.1.1`, else `~/.cache/rackplane/kafka-4.1.1`).
+   The download goes to a sibling temporary directory that is renamed into place only when
+   complete, and it is skipped when the cache holds `kafka_2.13-4.1.1.jar` with
+   `kafka/Kafka.class` inside.
+2. Configure. A fresh temporary directory gets `server.properties` for one combined
+   broker+controller node on 127.0.0.1 (two free ports: broker and controller) and a data
+   directory, which `kafka.tools.StorageTool format` formats with a new cluster id.
+3. Start. `java -Xms512m -Xmx512m -cp 'JARS/*' kafka.Kafka server.properties` in its own
+   process group, its output in `kafka.log` in that directory.
+4. Ready. Kafka is ready when a Metadata request over plain TCP (the Kafka wire protocol,
+   stdlib only) lists our broker: that is after KRaft elected the controller and unfenced the
+   broker, so topics can be created and written. A port taken meanwhile (BindException) is
+   retried on new ports.
+5. Stop. SIGTERM to the process group (a clean controlled shutdown), SIGKILL after a timeout;
+   the temporary directory is removed (kept, with its path printed, when Kafka failed).
+
+CLI::
+
+    python scripts/kafka/kafka_server.py run -- .venv/bin/pytest tests/broker -q
+    python scripts/kafka/kafka_server.py fetch          # only download the jars
+    python scripts/kafka/kafka_server.py serve          # run until Ctrl-C
+
+`run` puts `RACKPLANE_TEST_BROKER=kafka://127.0.0.1:PORT` into CMD's environment and exits
+with CMD's status. When Kafka cannot be fetched or started it exits with status 3 and says
+why (with the tail of the Maven output or broker log): it never skips.
+
+Standard library only; no rackplane imports (this must run before anything is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from types import TracebackType
+
+KAFKA_VERSION = "4.1.1"
+SCALA_VERSION = "2.13"
+BROKER_JAR = f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
+POM = Path(__file__).resolve().with_name("pom.xml")
+HOST = "127.0.0.1"
+ENV_VAR = "RACKPLANE_TEST_BROKER"
+EXIT_KAFKA_FAILED = 3
+_TAIL_LINES = 40
+_PORT_RETRIES = 3
+
+
+class KafkaError(RuntimeError):
+    """Kafka could not be fetched or started."""
+
+
+def say(message: str) -> None:
+    """Print one progress line (to stderr, so CMD's stdout stays its own)."""
+    print(f"[kafka] {message}", file=sys.stderr, flush=True)
+
+
+def tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    """Return the last `lines` lines of a text file, or a note when it cannot be read."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(cannot read {path})"
+    return "\n".join(text.strip().splitlines()[-lines:]) or f"({path} is empty)"
+
+
+# -- 1. fetch -----------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """`$RACKPLANE_CACHE/kafka-4.1.1`, else `~/.cache/rackplane/kafka-4.1.1`."""
+    root = os.environ.get("RACKPLANE_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "rackplane"
+    return base / f"kafka-{KAFKA_VERSION}"
+
+
+def jars_are_complete(directory: Path) -> bool:
+    """True when `directory` holds the broker jar with `kafka/Kafka.class` inside."""
+    jar = directory / BROKER_JAR
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            archive.getinfo("kafka/Kafka.class")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return False
+    return True
+
+
+def fetch_jars(cache_dir: Path | None = None) -> Path:
+    """Make sure the broker classpath is in `cache_dir`; download it with Maven if not.
+
+    Returns:
+        The directory holding the jars.
+
+    Raises:
+        KafkaError: Maven is missing or failed, or the result lacks the broker.
+    """
+    target = (cache_dir or default_cache_dir()).expanduser().resolve()
+    if jars_are_complete(target):
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaError("Maven (`mvn`) is not on PATH: it is needed to fetch the Kafka jars")
+    say(f"fetching Apache Kafka {KAFKA_VERSION} jars with Maven into {target} ...")
+    started = time.monotonic()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        command = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={staging}",
+        ]
+        try:
+            result = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise KafkaError("Maven did not finish fetching the Kafka jars in 15 minutes") from err
+        if result.returncode != 0:
+            output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-_TAIL_LINES:])
+            raise KafkaError(f"Maven failed (exit {result.returncode}):\n{output}")
+        if not jars_are_complete(staging):
+            raise KafkaError(f"Maven finished but {BROKER_JAR} with kafka/Kafka.class is missing")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    count = len(list(target.glob("*.jar")))
+    say(f"fetched {count} jars in {time.monotonic() - started:.1f} s")
+    return target
+
+
+# -- 2. configure -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id, as `StorageTool random-uuid` makes it (saves a JVM start)."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not text.startswith("-"):  # Kafka's Uuid avoids ids that look like options
+            return text
+
+
+def server_properties(port: int, controller_port: int, data_dir: Path) -> str:
+    """One combined broker+controller node on 127.0.0.1 (see STACK_NOTES.md)."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        # One partition instead of 50: the first consumer-group join is faster.
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+# -- 4. ready: a Metadata request over the Kafka wire protocol -----------------------------
+
+
+def _request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    client_id = b"rackplane-kafka-server"
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _round_trip(sock: socket.socket, request: bytes, correlation_id: int) -> bytes:
+    sock.sendall(request)
+    (size,) = struct.unpack(">i", _read_exact(sock, 4))
+    response = _read_exact(sock, size)
+    (answered,) = struct.unpack(">i", response[:4])
+    if answered != correlation_id:
+        raise ConnectionError("unexpected correlation id")
+    return response[4:]
+
+
+def metadata_brokers(port: int, timeout: float = 2.0) -> list[tuple[int, str, int]]:
+    """Ask the broker on `port` for its cluster's brokers (Metadata v1, no topics).
+
+    Returns:
+        `(node_id, host, port)` of each live broker; empty while the broker is fenced.
+
+    Raises:
+        OSError: No connection, or the broker closed it (not ready yet).
+    """
+    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        # Metadata v1; topics = [] (v1: an empty array asks for no topics, null for all).
+        body = _round_trip(sock, _request(3, 1, 1, struct.pack(">i", 0)), 1)
+    (count,) = struct.unpack_from(">i", body, 0)
+    offset = 4
+    brokers = []
+    for _ in range(count):
+        node_id, host_len = struct.unpack_from(">ih", body, offset)
+        offset += 6
+        host = body[offset : offset + host_len].decode()
+        offset += host_len
+        (broker_port, rack_len) = struct.unpack_from(">ih", body, offset)
+        offset += 6 + max(rack_len, 0)
+        brokers.append((node_id, host, broker_port))
+    return brokers
+
+
+# -- 3 and 5. start and stop --------------------------------------------------------------
+
+
+class KafkaServer:
+    """A single-node Kafka started from `jars`, in a fresh temporary directory.
+
+    Use as a context manager, or `start()` / `stop()`.
+    """
+
+    def __init__(
+        self,
+        jars: Path,
+        *,
+        java: str = "java",
+        ready_timeout: float = 120.0,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self.jars = jars
+        self.java = java
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.work_dir: Path | None = None
+        self.port: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """`127.0.0.1:PORT` for Kafka clients."""
+        if self.port is None:
+            raise KafkaError("Kafka is not running")
+        return f"{HOST}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """`kafka://127.0.0.1:PORT`."""
+        return f"kafka://{self.bootstrap}"
+
+    @property
+    def log_path(self) -> Path | None:
+        """The broker's output file."""
+        return self.work_dir / "kafka.log" if self.work_dir else None
+
+    def __enter__(self) -> KafkaServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> KafkaServer:
+        """Format storage, start Kafka and wait until its metadata lists the broker.
+
+        Raises:
+            KafkaError: Java is missing, formatting failed, or Kafka exited or was not ready
+                within `ready_timeout` seconds. Nothing is left running; the directory with
+                the log is kept and named in the message.
+        """
+        if shutil.which(self.java) is None:
+            raise KafkaError(f"`{self.java}` is not on PATH: Kafka {KAFKA_VERSION} needs Java 17+")
+        started = time.monotonic()
+        for attempt in range(1, _PORT_RETRIES + 1):
+            try:
+                self._start_once()
+            except _PortTaken:
+                self.stop()
+                if attempt == _PORT_RETRIES:
+                    raise KafkaError("Kafka could not bind its ports (retried)") from None
+                continue
+            except KafkaError as err:
+                kept = self.work_dir
+                self.stop(keep_dir=True)
+                raise KafkaError(f"{err}\n(kept for a post-mortem: {kept})") from err
+            except BaseException:
+                self.stop()
+                raise
+            say(f"Kafka ready on {self.bootstrap} in {time.monotonic() - started:.1f} s")
+            return self
+        raise AssertionError("unreachable")
+
+    def stop(self, keep_dir: bool = False) -> None:
+        """SIGTERM the broker's process group, SIGKILL after `stop_timeout`; idempotent.
+
+        Args:
+            keep_dir: Keep the temporary directory (data and log) for a post-mortem.
+        """
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            _signal_group(process, signal.SIGTERM)
+            try:
+                process.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                say(f"Kafka did not stop in {self.stop_timeout:.0f} s after SIGTERM: killing it")
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+        self.port = None
+        if self.work_dir is not None and not keep_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.work_dir = None
+
+    def _classpath(self) -> str:
+        return str(self.jars / "*")
+
+    def _start_once(self) -> None:
+        self.work_dir = Path(tempfile.mkdtemp(prefix="rackplane-kafka-"))
+        port, controller_port = free_port(), free_port()
+        while controller_port == port:
+            controller_port = free_port()
+        properties = self.work_dir / "server.properties"
+        properties.write_text(server_properties(port, controller_port, self.work_dir / "data"))
+        log_path = self.work_dir / "kafka.log"
+
+        fmt = subprocess.run(
+            [
+                self.java,
+                "-cp",
+                self._classpath(),
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                new_cluster_id(),
+                "-c",
+                str(properties),
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if fmt.returncode != 0:
+            output = "\n".join((fmt.stdout + fmt.stderr).strip().splitlines()[-_TAIL_LINES:])
+            raise KafkaError(f"formatting Kafka storage failed (exit {fmt.returncode}):\n{output}")
+
+        with log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    self.java,
+                    "-Xms512m",
+                    "-Xmx512m",
+                    "-Djava.awt.headless=true",
+                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                    "-cp",
+                    self._classpath(),
+                    "kafka.Kafka",
+                    str(properties),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.work_dir,
+                start_new_session=True,
+            )
+        self.port = port
+        self._wait_ready(port, log_path)
+
+    def _wait_ready(self, port: int, log_path: Path) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            if self._process.poll() is not None:
+                log = tail(log_path)
+                if "Address already in use" in log:
+                    raise _PortTaken
+                raise KafkaError(
+                    f"Kafka exited with status {self._process.returncode} before it was ready; "
+                    f"last lines of {log_path}:\n{log}"
+                )
+            with contextlib.suppress(OSError, struct.error, UnicodeDecodeError):
+                if any(broker_port == port for _, _, broker_port in metadata_brokers(port)):
+                    return
+            if time.monotonic() > deadline:
+                raise KafkaError(
+                    f"Kafka was not ready on {HOST}:{port} within {self.ready_timeout:.0f} s; "
+                    f"last lines of {log_path}:\n{tail(log_path)}"
+                )
+            time.sleep(0.25)
+
+
+class _PortTaken(Exception):
+    """Internal: Kafka lost a race for one of its ports."""
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    # The broker leads its own process group (start_new_session=True); never signal a reaped
+    # pid, which may belong to someone else by now.
+    if process.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+# -- CLI ------------------------------------------------------------------------------------
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: stop the broker on the way out."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _run_command(command: list[str], env: dict[str, str]) -> int:
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as err:
+        say(f"cannot run {command[0]!r}: {err}")
+        return 127
+    try:
+        return child.wait()
+    except (KeyboardInterrupt, _Terminated) as err:
+        # Ctrl-C reached the child too (same process group); give it time to finish.
+        if isinstance(err, _Terminated):
+            child.terminate()
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        return 130 if isinstance(err, KeyboardInterrupt) else 143
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="kafka_server.py",
+        description=f"Run a throwaway single-node Apache Kafka {KAFKA_VERSION} (KRaft).",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="where the jars live (default: $RACKPLANE_CACHE/kafka-4.1.1 or "
+        "~/.cache/rackplane/kafka-4.1.1)",
+    )
+    parser.add_argument("--ready-timeout", type=float, default=120.0, help="seconds (120)")
+    sub = parser.add_subparsers(dest="action", required=True)
+    run = sub.add_parser("run", help="start Kafka, run CMD with RACKPLANE_TEST_BROKER, stop")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    sub.add_parser("fetch", help="only fetch the jars into the cache")
+    sub.add_parser("serve", help="start Kafka and keep it running until Ctrl-C")
+    args = parser.parse_args(argv)
+
+    command: list[str] = list(getattr(args, "command", None) or [])
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.action == "run" and not command:
+        parser.error("run needs a command: run -- CMD ARGS...")
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        jars = fetch_jars(args.cache_dir)
+        if args.action == "fetch":
+            say(f"jars ready in {jars}")
+            return 0
+        with KafkaServer(jars, ready_timeout=args.ready_timeout) as server:
+            if args.action == "serve":
+                say(f"serving {server.url}; Ctrl-C stops it")
+                with contextlib.suppress(KeyboardInterrupt, _Terminated):
+                    while server._process is not None and server._process.poll() is None:
+                        time.sleep(0.5)
+                return 0
+            env = dict(os.environ, **{ENV_VAR: server.url})
+            status = _run_command(command, env)
+            say("stopping Kafka")
+            return status
+    except KafkaError as err:
+        say(f"error: {err}")
+        return EXIT_KAFKA_FAILED
+    except (KeyboardInterrupt, _Terminated):
+        say("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

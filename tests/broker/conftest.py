@@ -1,0 +1,132 @@
+"""The broker the contract suite runs against, and the Kafka clients it uses.
+
+`RACKPLANE_TEST_BROKER=kafka://host:port` (set by `scripts/kafka/kafka_server.py run`) points
+the suite at that broker; without it one embedded Tansu broker serves the whole session.
+Every client a test opens is closed at teardown, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from rackplane.streams import EmbeddedBroker
+from tests.broker._log import ConsumerFactory, ProducerFactory, TopicFactory
+
+ENV_VAR = "RACKPLANE_TEST_BROKER"
+
+# Consumer-group joins wait about half the session timeout on Tansu (STACK_NOTES.md), and a
+# member that replaces another waits out the old one's session there (Tansu's first group
+# generation is 0, for which aiokafka sends no LeaveGroup). 6 s is the smallest session timeout
+# Apache Kafka accepts by default (group.min.session.timeout.ms).
+SESSION_TIMEOUT_MS = 6_000
+HEARTBEAT_INTERVAL_MS = 1_000
+
+
+@dataclass(frozen=True)
+class BrokerUnderTest:
+    """Where the suite's broker listens and what it is (`tansu`, or `external` from the URL)."""
+
+    bootstrap: str
+    kind: str
+
+
+def _bootstrap_from_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme != "kafka" or not rest:
+        raise pytest.UsageError(f"{ENV_VAR}={url!r}: expected kafka://host:port[,host:port]")
+    return rest.rstrip("/")
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[BrokerUnderTest]:
+    """The broker under test: `$RACKPLANE_TEST_BROKER`, else an embedded Tansu."""
+    url = os.environ.get(ENV_VAR)
+    if url:
+        yield BrokerUnderTest(bootstrap=_bootstrap_from_url(url), kind="external")
+        return
+    with EmbeddedBroker() as embedded:
+        yield BrokerUnderTest(bootstrap=embedded.bootstrap, kind="tansu")
+
+
+@pytest.fixture
+async def new_topic(broker: BrokerUnderTest) -> AsyncIterator[TopicFactory]:
+    """Create a topic with a unique name: `await new_topic(partitions=3)`."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+
+    async def create(partitions: int = 1) -> str:
+        name = f"rackplane.test.events.{uuid.uuid4().hex[:12]}"
+        await admin.create_topics(
+            [NewTopic(name=name, num_partitions=partitions, replication_factor=1)]
+        )
+        return name
+
+    try:
+        yield create
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def new_producer(broker: BrokerUnderTest) -> AsyncIterator[ProducerFactory]:
+    """Start producers (closed at teardown). Not idempotent: Tansu has no idempotent producer."""
+    started: list[AIOKafkaProducer] = []
+
+    async def make() -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            acks="all",
+            enable_idempotence=False,
+            linger_ms=5,  # multi-record batches, as in production (and Tansu's trap)
+        )
+        await producer.start()
+        started.append(producer)
+        return producer
+
+    try:
+        yield make
+    finally:
+        for producer in started:
+            await producer.stop()
+
+
+@pytest.fixture
+async def new_consumer(broker: BrokerUnderTest) -> AsyncIterator[ConsumerFactory]:
+    """Start consumers reading from the earliest offset, committing only by hand.
+
+    `await new_consumer(topic)` reads without a group; `group_id=...` joins a group.
+    """
+    started: list[AIOKafkaConsumer] = []
+
+    async def make(topic: str, *, group_id: str | None = None) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=group_id,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+        )
+        await consumer.start()
+        started.append(consumer)
+        return consumer
+
+    try:
+        yield make
+    finally:
+        for consumer in started:
+            await consumer.stop()
+
+
+@pytest.fixture
+def group_id() -> str:
+    """A consumer-group id no other test uses."""
+    return f"rackplane-test-{uuid.uuid4().hex[:12]}"
