@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): they measure, they do not assert. Results: docs/BENCHMARKS.md."""
