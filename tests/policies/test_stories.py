@@ -18,8 +18,10 @@ from rackplane.models import (
     NodeSwapped,
     PlaceJob,
     PolicySettings,
+    RackHealth,
     RegisterTopology,
     ReportNodeHealth,
+    ReportRackHealth,
     SliceAssignment,
     SliceDegraded,
     SliceMigrated,
@@ -27,7 +29,7 @@ from rackplane.models import (
     SubmitJob,
 )
 from rackplane.policies import preset
-from tests.builders import CLUSTER, T0, Harness, cmd, job, nodes, rack, topology
+from tests.builders import CLUSTER, T0, Harness, cmd, job, node, nodes, rack, topology
 from tests.invariants import check_invariants
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "gb200-128.yaml"
@@ -271,3 +273,46 @@ def test_inference_jobs_are_never_preempted_even_with_the_flag() -> None:
     events = run(engine, clock, cmd(SubmitJob, job=job("hero", 16)))
     assert not [e for e in events if isinstance(e, DefragPlanned | JobPreempted)]
     assert engine.state.jobs["hero"].status.value == "queued"
+
+
+# Borrowed spares are given back the moment a swap needs them.
+#
+#     r01  [L L L L S S]    L: long job (4), S: short job borrowing the 2 spares
+
+
+def test_a_swap_evicts_short_work_that_borrowed_the_spares() -> None:
+    engine, clock = engine_for("tas+spares", rack("r01", 6), spares_per_rack=2, borrow_spares=True)
+    run(engine, clock, cmd(SubmitJob, job=job("long", 4, slice_size=4)))
+    short = job("short", 2, slice_size=2, expected_duration=timedelta(minutes=20))
+    events = run(engine, clock, cmd(SubmitJob, job=short))
+    assert [e.borrowing for e in events if isinstance(e, JobPlaced)] == [True]
+    events = run(
+        engine,
+        clock,
+        cmd(ReportNodeHealth, node=node("r01", 2), health=Health.FAILED, cause="XID 79"),
+    )
+    (evicted,) = [e for e in events if isinstance(e, JobPreempted)]
+    assert (evicted.job, evicted.cause) == ("short", "eviction")
+    (swap,) = [e for e in events if isinstance(e, NodeSwapped)]
+    assert swap.new_node in evicted.released
+    assert engine.state.jobs["short"].front  # queued again ahead of its peers
+    assert engine.state.jobs["long"].status.value == "placed"
+
+
+# A rack-level fault (NVSwitch tray) takes the whole NVLink domain: its slices move.
+#
+#     r01  [A A A A . .]  <- NVSwitch fault          r02  [. . . . . .]
+
+
+def test_a_rack_fault_evacuates_every_slice_in_the_rack() -> None:
+    engine, clock = engine_for("tas+spares", rack("r01", 6), rack("r02", 6), spares_per_rack=1)
+    run(engine, clock, cmd(SubmitJob, job=job("a", 4, slice_size=4)))
+    assert engine.state.jobs["a"].slices[0].racks == ("r01",)
+    events = run(
+        engine,
+        clock,
+        cmd(ReportRackHealth, rack="r01", health=RackHealth.FAILED, cause="NVSwitch tray 3 down"),
+    )
+    (moved,) = [e for e in events if isinstance(e, SliceMigrated)]
+    assert (moved.from_racks, moved.to_rack) == (("r01",), "r02")
+    assert engine.state.jobs["a"].slices[0].racks == ("r02",)
