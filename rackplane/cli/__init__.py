@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from rackplane import __version__
+from rackplane.cli import _streams
 from rackplane.cli._demo import demo
 from rackplane.cli._topology import topology_app
 
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.add_typer(topology_app, name="topology")
 app.command()(demo)
+_streams.register(app)
 
 
 @app.command()

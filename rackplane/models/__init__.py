@@ -54,7 +54,9 @@ from rackplane.models.events import (
     TopologyRegistered,
 )
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE, JobKind, JobSpec, slice_sizes
+from rackplane.models.rejection import REJECTIONS, Rejection
 from rackplane.models.settings import PolicySettings
+from rackplane.models.telemetry import TELEMETRY, GpuSample, NodeTelemetry
 from rackplane.models.topology import Pod, Rack, Topology, TopologyIndex
 from rackplane.models.values import (
     BlockReason,
@@ -72,7 +74,9 @@ __all__ = [
     "COMMANDS",
     "DEFAULT_SLICE_SIZE",
     "EVENTS",
+    "REJECTIONS",
     "SCHEMA_VERSION",
+    "TELEMETRY",
     "BlockJob",
     "BlockReason",
     "CancelJob",
@@ -92,6 +96,7 @@ __all__ = [
     "EventEnvelope",
     "EventId",
     "FailJob",
+    "GpuSample",
     "Health",
     "JobBlocked",
     "JobCancelled",
@@ -113,6 +118,7 @@ __all__ = [
     "NodeRecovered",
     "NodeRepaired",
     "NodeSwapped",
+    "NodeTelemetry",
     "NodeUncordoned",
     "PlaceJob",
     "PlacedSlice",
@@ -129,6 +135,7 @@ __all__ = [
     "RackId",
     "RackRecovered",
     "RegisterTopology",
+    "Rejection",
     "RejectionCode",
     "RepairNode",
     "ReportNodeHealth",

@@ -8,6 +8,7 @@ from rackplane.projections.occupancy import (
     cluster_summary,
     node_roles,
     rack_occupancy,
+    state_digest,
 )
 from rackplane.projections.state import (
     BlockInfo,
@@ -43,4 +44,5 @@ __all__ = [
     "node_roles",
     "rack_occupancy",
     "restart_cost",
+    "state_digest",
 ]

@@ -11,13 +11,15 @@ Which free nodes are "the" spares is a display convention: the last ones in rack
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
 from rackplane.models import Health, JobId, JobStatus, NodeId, PodId, RackId
-from rackplane.projections.state import ClusterState
+from rackplane.projections.state import ClusterState, JobState
 
 
 class NodeRole(StrEnum):
@@ -149,3 +151,36 @@ def cluster_summary(state: ClusterState) -> ClusterSummary:
         jobs_blocked=blocked,
         jobs_finished=len(state.finished),
     )
+
+
+def state_digest(state: ClusterState) -> str:
+    """A fingerprint of everything the state knows (nodes, racks, jobs, settings, seq), equal
+    for equal states: for comparing replicas held by different processes."""
+    body = {
+        "cluster": state.cluster,
+        "seq": state.seq,
+        "settings": state.settings.model_dump(mode="json"),
+        "nodes": sorted(
+            [n.id, n.rack, n.health.value, n.cordoned, n.job, n.slice] for n in state.nodes.values()
+        ),
+        "racks": sorted([r.id, r.health.value, sorted(r.free)] for r in state.racks.values()),
+        "jobs": sorted((k, _job_fields(v)) for k, v in state.jobs.items()),
+        "finished": sorted((k, v.value) for k, v in state.finished.items()),
+        "reservations": sorted(state.reservations.items()),
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _job_fields(j: JobState) -> list[object]:
+    return [
+        j.spec.model_dump(mode="json"),
+        j.status.value,
+        j.order,
+        [[s.index, s.size, list(s.nodes), list(s.racks)] for s in j.slices],
+        j.blocked.reason if j.blocked else None,
+        j.preemptions,
+        j.migrations,
+        j.swaps,
+        j.borrowing,
+        j.front,
+    ]

@@ -1,0 +1,5 @@
+"""`python -m rackplane` is `rackplane`."""
+
+from rackplane.cli import main
+
+main()

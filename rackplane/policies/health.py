@@ -1,0 +1,69 @@
+"""GPU health classification: telemetry in, a node verdict out. Pure.
+
+`SimpleRules` is the rule set the streaming pipeline starts with; the exporters issue brings
+the full XID policy table behind the same `HealthClassifier` interface.
+
+Rules (the worst verdict over the node's GPUs wins):
+- failed: the GPU fell off the bus; an uncorrectable ECC error; an XID that DCGM's health
+  watch treats as a failure whatever else is on (48, 74, 79, 95, 119, 120, 140);
+- degraded: an NVLink link down; a temperature at or above `hot_c` (90 C);
+- healthy otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from rackplane.models import GpuSample, Health, NodeTelemetry
+
+FATAL_XIDS = frozenset({48, 74, 79, 95, 119, 120, 140})
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A node's health and the reason, for the `ReportNodeHealth` command."""
+
+    health: Health
+    cause: str = ""
+
+
+class HealthClassifier(Protocol):
+    """Turns one node sample into a verdict."""
+
+    def classify(self, sample: NodeTelemetry) -> Verdict:
+        """The node's health according to this sample."""
+        ...
+
+
+_RANK = {Health.HEALTHY: 0, Health.DEGRADED: 1, Health.FAILED: 2}
+
+
+@dataclass(frozen=True)
+class SimpleRules:
+    """The starting rule set (see the module docstring)."""
+
+    hot_c: float = 90.0
+
+    def classify(self, sample: NodeTelemetry) -> Verdict:
+        """The worst verdict over the node's GPUs."""
+        worst = Verdict(Health.HEALTHY)
+        for g in sample.gpus:
+            v = self._gpu(g)
+            if _RANK[v.health] > _RANK[worst.health]:
+                worst = v
+        return worst
+
+    def _gpu(self, g: GpuSample) -> Verdict:
+        index = g.index
+        if g.fallen_off_bus:
+            return Verdict(Health.FAILED, f"GPU {index} fell off the bus")
+        if g.ecc_uncorrected:
+            return Verdict(Health.FAILED, f"GPU {index}: {g.ecc_uncorrected} uncorrectable ECC")
+        if g.xid is not None and g.xid in FATAL_XIDS:
+            return Verdict(Health.FAILED, f"GPU {index}: XID {g.xid}")
+        if g.nvlink_down:
+            return Verdict(Health.DEGRADED, f"GPU {index}: {g.nvlink_down} NVLink links down")
+        if g.temperature_c is not None and g.temperature_c >= self.hot_c:
+            return Verdict(Health.DEGRADED, f"GPU {index} at {g.temperature_c:.0f} C")
+        return Verdict(Health.HEALTHY)

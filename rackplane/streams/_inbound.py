@@ -1,0 +1,50 @@
+"""Decoding what agents receive: size limit first, then the pydantic TypeAdapter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from rackplane.models import Rejection
+from rackplane.streams.eventlog import is_marker
+from rackplane.streams.rejected import reason_of, rejection
+
+T = TypeVar("T")
+
+
+@dataclass
+class Decoded(Generic[T]):
+    """A decoded message, or the rejection to send instead (exactly one is set)."""
+
+    value: T | None
+    rejected: Rejection | None
+    partition: int | None
+    offset: int | None
+
+
+def decode(
+    event: Any, parse: Callable[[bytes], T], *, agent: str, topic: str, limit: int
+) -> Decoded[T] | None:
+    """Decode a Faust stream event's raw value; None for marker records (skip them)."""
+    message = event.message
+    headers = list(message.headers or ())
+    if is_marker(headers):
+        return None
+    raw: bytes = message.value if isinstance(message.value, bytes) else bytes(message.value or b"")
+    where = {"partition": message.partition, "offset": message.offset}
+    if len(raw) > limit:
+        reason = f"message of {len(raw):,} bytes exceeds the {limit:,}-byte limit"
+    else:
+        try:
+            return Decoded(parse(raw), None, **where)
+        except (ValidationError, ValueError, UnicodeDecodeError) as err:
+            reason = reason_of(err)
+    key = message.key if isinstance(message.key, bytes | None) else str(message.key).encode()
+    return Decoded(
+        None,
+        rejection(raw=raw, reason=reason, agent=agent, topic=topic, key=key, **where),
+        **where,
+    )

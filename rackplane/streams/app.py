@@ -1,0 +1,260 @@
+"""The Faust app: topics, agents, tables and web views of one rackplane worker.
+
+`create_app(config)` builds everything from a `StreamConfig` (no module-level app, so tests
+and benchmarks build as many isolated apps as they need); `run_worker(config)` runs one.
+
+| agent | reads | writes |
+|---|---|---|
+| controller | commands | events (the only writer), rejected |
+| spare_swap, tas, defrag | events | commands |
+| gpu_manager | telemetry, events | commands, rejected |
+| projections | events | tables `occupancy`, `jobs`; rejected |
+| audit (when configured) | events, commands, rejected | the audit sink |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import faust
+from pydantic import ValidationError
+
+from rackplane.models import COMMANDS, REJECTIONS
+from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
+from rackplane.policies.base import Policy
+from rackplane.policies.health import HealthClassifier, SimpleRules
+from rackplane.projections import state_digest
+from rackplane.streams import _faust_fixes
+from rackplane.streams.agents import Controller, GpuManager, PolicyRunner, Replicas
+from rackplane.streams.audit import AuditSink, JsonlAuditSink
+from rackplane.streams.codec import decode_event
+from rackplane.streams.config import StreamConfig
+from rackplane.streams.eventlog import EventLog, is_marker
+from rackplane.streams.projection_agent import Projections
+
+log = logging.getLogger("rackplane.worker")
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "spare_swap": SpareSwap,
+    "tas": TopologyAwareScheduler,
+    "defrag": Defrag,
+}
+BATCH = 500
+WITHIN = 0.002  # seconds a batch waits to fill: bounds the latency added at low rates
+
+
+def create_app(
+    config: StreamConfig,
+    *,
+    classifier: HealthClassifier | None = None,
+    audit: AuditSink | None = None,
+) -> faust.App:
+    """Build the app with every agent `config` asks for."""
+    _faust_fixes.apply()
+    exactly_once = config.exactly_once
+    app = faust.App(
+        config.app_id,
+        broker=config.faust_broker,
+        store="memory://",
+        topic_partitions=config.partitions,
+        topic_replication_factor=config.replication,
+        broker_session_timeout=config.session_timeout,
+        broker_heartbeat_interval=1.0,
+        consumer_auto_offset_reset="earliest",
+        processing_guarantee="exactly_once" if exactly_once else "at_least_once",
+        web_port=config.web_port,
+        web_bind=config.web_bind,
+        datadir=config.datadir,
+        producer_max_request_size=max(config.max_message_bytes * 2, 1_048_576),
+        consumer_max_fetch_size=max(config.max_message_bytes * 4, 4_194_304),
+    )
+
+    def topic(name: str) -> faust.TopicT:
+        return app.topic(
+            config.topic(name),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=config.partitions,
+        )
+
+    telemetry, commands, events, rejected = (
+        topic(n) for n in ("telemetry", "commands", "events", "rejected")
+    )
+    logs: list[EventLog] = []
+    replicas: list[Replicas] = []
+
+    def replica() -> Replicas:
+        eventlog = EventLog(config.bootstrap, config.topic("events"))
+        logs.append(eventlog)
+        r = Replicas(eventlog, read_committed=exactly_once)
+        replicas.append(r)
+        return r
+
+    limit = config.max_message_bytes
+    controller = Controller(
+        replica(), events, rejected, topic=commands.get_topic_name(), limit=limit
+    )
+
+    @app.agent(commands, name="controller")
+    async def control(stream: Any) -> None:
+        async for batch in stream.take_events(BATCH, within=WITHIN):
+            await controller.process(batch)
+
+    for name in config.policies:
+        runner = PolicyRunner(POLICIES[name](), replica(), commands)
+        app.agent(events, name=name)(_policy_agent(runner))
+
+    if config.gpu_manager:
+        manager = GpuManager(
+            classifier or SimpleRules(),
+            replica(),
+            commands,
+            rejected,
+            topic=telemetry.get_topic_name(),
+            limit=limit,
+        )
+
+        @app.agent(telemetry, name="gpu_manager")
+        async def gpu_manager(stream: Any) -> None:
+            async for batch in stream.take_events(BATCH, within=WITHIN):
+                await manager.on_telemetry(batch)
+
+        @app.agent(events, name="gpu_manager_events")
+        async def gpu_manager_events(stream: Any) -> None:
+            async for batch in stream.take_events(BATCH, within=WITHIN):
+                await manager.on_events(batch)
+
+    if config.projections:
+        occupancy = app.Table(
+            "occupancy", default=None, partitions=config.partitions, use_partitioner=True
+        )
+        jobs = app.Table("jobs", default=None, partitions=config.partitions, use_partitioner=True)
+        projections = Projections(
+            replica(), occupancy, jobs, rejected, topic=events.get_topic_name(), limit=limit
+        )
+
+        @app.agent(events, name="projections")
+        async def project(stream: Any) -> None:
+            async for batch in stream.take_events(BATCH, within=WITHIN):
+                await projections.process(batch)
+
+        _add_views(app, projections)
+
+    @app.page("/clusters/{cluster}/controller/")
+    async def controller_view(web: Any, request: Any, cluster: str) -> Any:
+        state = controller.replicas.states.get(cluster)
+        if state is None:
+            return web.json({"error": "this worker holds no state of that cluster"}, status=404)
+        return web.json({"cluster": cluster, "seq": state.seq, "digest": state_digest(state)})
+
+    sink = (
+        audit
+        if audit is not None
+        else (JsonlAuditSink(config.audit_dir) if config.audit_dir else None)
+    )
+    if sink is not None:
+        _add_audit(app, sink, commands=commands, events=events, rejected=rejected)
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types no async receiver
+    async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
+        # Another worker may now write these clusters: rebuild on next use.
+        for r in replicas:
+            r.forget()
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def on_assigned(sender: Any, *args: Any, **kwargs: Any) -> None:
+        assigned = args[0] if args else kwargs.get("assigned", ())
+        line = {"event": "worker.ready", "app": config.app_id, "partitions": len(assigned)}
+        print(json.dumps(line), file=sys.stderr, flush=True)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def on_shutdown(sender: Any, *args: Any, **kwargs: Any) -> None:
+        for eventlog in logs:
+            await eventlog.stop()
+        if sink is not None:
+            sink.close()
+
+    return app
+
+
+def _policy_agent(runner: PolicyRunner) -> Any:
+    async def agent(stream: Any) -> None:
+        async for batch in stream.take_events(BATCH, within=WITHIN):
+            await runner.process(batch)
+
+    agent.__name__ = runner.name
+    return agent
+
+
+def _add_views(app: faust.App, projections: Projections) -> None:
+    @app.page("/clusters/")
+    async def clusters(web: Any, request: Any) -> Any:
+        return web.json(projections.clusters())
+
+    @app.page("/clusters/{cluster}/racks/")
+    async def racks(web: Any, request: Any, cluster: str) -> Any:
+        rows = projections.racks(cluster)
+        return (
+            web.json(rows)
+            if rows is not None
+            else web.json({"error": "unknown cluster"}, status=404)
+        )
+
+    @app.page("/clusters/{cluster}/jobs/")
+    async def jobs(web: Any, request: Any, cluster: str) -> Any:
+        rows = projections.job_rows(cluster)
+        return (
+            web.json(rows)
+            if rows is not None
+            else web.json({"error": "unknown cluster"}, status=404)
+        )
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Any) -> Any:
+        return web.bytes(projections.metrics.render(), content_type="text/plain; version=0.0.4")
+
+
+def _add_audit(app: faust.App, sink: AuditSink, **topics: Any) -> None:
+    def raw(batch: Sequence[Any]) -> list[bytes]:
+        return [
+            ev.message.value
+            for ev in batch
+            if not is_marker(ev.message.headers) and ev.message.value is not None
+        ]
+
+    def decoded(values: list[bytes], parse: Any) -> list[Any]:
+        out = []
+        for v in values:
+            try:
+                out.append(parse(v))
+            except (ValidationError, ValueError):
+                continue  # the agent that owns the topic rejects it
+        return out
+
+    @app.agent(topics["events"], name="audit_events")
+    async def audit_events(stream: Any) -> None:
+        async for batch in stream.take_events(BATCH, within=0.05):
+            sink.record_events(decoded(raw(batch), decode_event))
+
+    @app.agent(topics["commands"], name="audit_commands")
+    async def audit_commands(stream: Any) -> None:
+        async for batch in stream.take_events(BATCH, within=0.05):
+            sink.record_commands(decoded(raw(batch), COMMANDS.validate_json))
+
+    @app.agent(topics["rejected"], name="audit_rejections")
+    async def audit_rejections(stream: Any) -> None:
+        async for batch in stream.take_events(BATCH, within=0.05):
+            sink.record_rejections(decoded(raw(batch), REJECTIONS.validate_json))
+
+
+def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
+    """Run one worker until SIGTERM or Ctrl-C."""
+    app = create_app(config)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker.execute_from_commandline()

@@ -1,0 +1,160 @@
+"""A client of a running pipeline: send commands and telemetry, read events and rejections.
+
+Used by the production commands (`rackplane submit ...`), `rackplane up`, tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from pydantic import ValidationError
+
+from rackplane.models import REJECTIONS, TELEMETRY, Command, Event, NodeTelemetry, Rejection
+from rackplane.streams.codec import decode_event, encode_command
+from rackplane.streams.config import StreamConfig
+from rackplane.streams.eventlog import is_marker
+
+TOPICS = ("telemetry", "commands", "events", "rejected")
+
+
+async def ensure_topics(config: StreamConfig) -> None:
+    """Create rackplane's topics with the configured partitions (existing ones are kept)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap)
+    await admin.start()
+    try:
+        for name in TOPICS:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(
+                    [
+                        NewTopic(
+                            name=config.topic(name),
+                            num_partitions=config.partitions,
+                            replication_factor=config.replication,
+                        )
+                    ]
+                )
+    finally:
+        await admin.close()
+
+
+class Client:
+    """Producer and readers for one pipeline (`async with Client(config) as c: ...`)."""
+
+    def __init__(self, config: StreamConfig, *, linger_ms: int = 0) -> None:
+        self.config = config
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=config.bootstrap, acks="all", linger_ms=linger_ms
+        )
+
+    async def __aenter__(self) -> Client:
+        await self.producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.stop()
+
+    async def send(self, command: Command, *, wait: bool = True) -> Any:
+        """Send a command keyed by its cluster; by default wait for the broker's ack."""
+        fut = await self.producer.send(
+            self.config.topic("commands"),
+            value=encode_command(command),
+            key=command.cluster.encode(),
+        )
+        return await fut if wait else fut
+
+    async def send_raw(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+        """Send bytes as they are (tests of bad input)."""
+        return await self.producer.send(self.config.topic(topic), value=value, key=key)
+
+    async def send_telemetry(self, sample: NodeTelemetry) -> Any:
+        """Publish a node sample keyed by node (returns the delivery future)."""
+        return await self.producer.send(
+            self.config.topic("telemetry"),
+            value=TELEMETRY.dump_json(sample),
+            key=sample.node.encode(),
+        )
+
+    def reader(self, name: str, *, from_start: bool = True) -> AIOKafkaConsumer:
+        """A consumer of one topic without a group (start and stop it yourself)."""
+        return AIOKafkaConsumer(
+            self.config.topic(name),
+            bootstrap_servers=self.config.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest" if from_start else "latest",
+            fetch_max_wait_ms=50,
+            isolation_level="read_committed" if self.config.exactly_once else "read_uncommitted",
+        )
+
+    async def events(self, *, from_start: bool = True) -> AsyncIterator[Event]:
+        """Every event on the log, in partition order (markers and garbage skipped)."""
+        consumer = self.reader("events", from_start=from_start)
+        await consumer.start()
+        try:
+            async for record in consumer:
+                if is_marker(record.headers) or not record.value:
+                    continue
+                try:
+                    yield decode_event(record.value)
+                except ValidationError:
+                    continue
+        finally:
+            await consumer.stop()
+
+    async def rejections(self) -> AsyncIterator[Rejection]:
+        """Every rejection, from the start."""
+        consumer = self.reader("rejected")
+        await consumer.start()
+        try:
+            async for record in consumer:
+                yield REJECTIONS.validate_json(record.value or b"")
+        finally:
+            await consumer.stop()
+
+    async def outcome(self, command: Command, *, timeout: float = 30.0) -> list[Event]:
+        """Send `command` and return the events it caused directly (its `causation_id`)."""
+        consumer = self.reader("events", from_start=False)
+        await consumer.start()
+        try:
+            await asyncio.sleep(0)  # position the consumer at the end before sending
+            await consumer.seek_to_end()
+            await self.send(command)
+            return await _collect(consumer, command.id, timeout)
+        finally:
+            await consumer.stop()
+
+
+async def _collect(consumer: AIOKafkaConsumer, cause: str, timeout: float) -> list[Event]:
+    deadline = time.monotonic() + timeout
+    found: list[Event] = []
+    quiet_after: float | None = None
+    while time.monotonic() < deadline:
+        batch = await consumer.getmany(timeout_ms=200)
+        for records in batch.values():
+            for record in records:
+                if is_marker(record.headers) or not record.value:
+                    continue
+                try:
+                    event = decode_event(record.value)
+                except ValidationError:
+                    continue
+                if event.causation_id == cause:
+                    found.append(event)
+                    quiet_after = time.monotonic() + 0.3
+        if quiet_after is not None and time.monotonic() > quiet_after:
+            return found
+    if not found:
+        raise TimeoutError(f"no event for command {cause} within {timeout:.0f} s")
+    return found
+
+
+def event_ids(events: Sequence[Event]) -> list[str]:
+    """Ids of events, for printing."""
+    return [e.id for e in events]

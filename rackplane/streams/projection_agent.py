@@ -1,0 +1,199 @@
+"""The projections agent: rack occupancy and job status as Faust tables, web views, metrics.
+
+Tables are written inside stream iteration only, idempotent by seq (an event at or below the
+cluster's applied seq changes nothing): `occupancy[cluster]` holds the rack rows and the seq
+they reflect, `jobs["cluster/job"]` one row per unfinished job (deleted when it finishes).
+Reads (web views, `/metrics`) come from the agent's in-memory replica, which the tables mirror.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from rackplane.models import Event
+from rackplane.projections import ClusterState, cluster_summary, evolve, rack_occupancy
+from rackplane.streams._inbound import decode
+from rackplane.streams.agents import Replicas
+from rackplane.streams.codec import decode_event
+from rackplane.streams.rejected import Sender, reject
+
+log = logging.getLogger("rackplane.projections")
+
+
+def job_row(state: ClusterState, job_id: str) -> dict[str, Any] | None:
+    """One unfinished job as JSON-ready data (None once finished)."""
+    j = state.jobs.get(job_id)
+    if j is None:
+        return None
+    return {
+        "job": j.id,
+        "name": j.spec.name,
+        "owner": j.spec.owner,
+        "kind": j.spec.kind.value,
+        "priority": j.spec.priority,
+        "nodes": j.spec.nodes,
+        "status": j.status.value,
+        "blocked": (
+            {
+                "reason": j.blocked.reason,
+                "since": j.blocked.since.isoformat(),
+                "allocatable_nodes": j.blocked.allocatable_nodes,
+                "placeable_slices": j.blocked.placeable_slices,
+                "explanation": j.blocked.explanation,
+            }
+            if j.blocked
+            else None
+        ),
+        "slices": [
+            {"index": s.index, "racks": list(s.racks), "nodes": len(s.nodes)} for s in j.slices
+        ],
+        "submitted_at": j.submitted_at.isoformat(),
+        "started_at": j.started_at.isoformat() if j.started_at else None,
+        "preemptions": j.preemptions,
+        "migrations": j.migrations,
+        "swaps": j.swaps,
+    }
+
+
+class Metrics:
+    """Prometheus gauges of the clusters this worker projects."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.nodes = Gauge(
+            "rackplane_nodes", "Nodes by role", ["cluster", "role"], registry=self.registry
+        )
+        self.jobs = Gauge(
+            "rackplane_jobs",
+            "Unfinished jobs by status",
+            ["cluster", "status"],
+            registry=self.registry,
+        )
+        self.blocked = Gauge(
+            "rackplane_jobs_blocked",
+            "Queued jobs blocked, by reason",
+            ["cluster", "reason"],
+            registry=self.registry,
+        )
+        self.racks_full = Gauge(
+            "rackplane_racks_full",
+            "Racks with no free node above spares",
+            ["cluster"],
+            registry=self.registry,
+        )
+        self.seq = Gauge(
+            "rackplane_event_seq", "Last event applied", ["cluster"], registry=self.registry
+        )
+
+    def update(self, state: ClusterState) -> None:
+        c = state.cluster
+        s = cluster_summary(state)
+        for role in ("allocated", "free", "spare", "failed", "unavailable"):
+            self.nodes.labels(c, role).set(getattr(s, role))
+        for status in ("queued", "placed", "running"):
+            self.jobs.labels(c, status).set(
+                sum(1 for j in state.jobs.values() if j.status.value == status)
+            )
+        for reason in ("capacity", "topology"):
+            self.blocked.labels(c, reason).set(
+                sum(
+                    1
+                    for j in state.jobs.values()
+                    if j.blocked is not None and j.blocked.reason == reason
+                )
+            )
+        self.racks_full.labels(c).set(s.racks_full)
+        self.seq.labels(c).set(state.seq)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Projections:
+    """Folds events into replicas and mirrors them into tables; serves reads."""
+
+    name = "projections"
+
+    def __init__(
+        self,
+        replicas: Replicas,
+        occupancy: Any,
+        jobs: Any,
+        rejected: Sender,
+        *,
+        topic: str,
+        limit: int,
+    ) -> None:
+        self.replicas = replicas
+        self.occupancy = occupancy
+        self.jobs = jobs
+        self.rejected = rejected
+        self.topic = topic
+        self.limit = limit
+        self.metrics = Metrics()
+
+    async def process(self, batch: Sequence[Any]) -> None:
+        """Apply the batch; rewrite the table rows it changed."""
+        by_cluster: dict[str, list[Event]] = {}
+        for ev in batch:
+            d = decode(ev, decode_event, agent=self.name, topic=self.topic, limit=self.limit)
+            if d is None:
+                continue
+            if d.rejected is not None:
+                await reject(self.rejected, d.rejected)
+                continue
+            assert d.value is not None
+            by_cluster.setdefault(d.value.cluster, []).append(d.value)
+        for cluster, events in by_cluster.items():
+            state, history = await self.replicas.get(cluster)
+            touched = {getattr(e, "job", None) for e in history}
+            fresh = bool(history)
+            for e in events:
+                if e.seq == state.seq + 1:
+                    state = evolve(state, e)
+                    touched.add(getattr(e, "job", None))
+                    touched.update(getattr(e, "victims", ()) or ())
+                    fresh = True
+            self.replicas.put(state)
+            if fresh:
+                self._mirror(state, touched)
+
+    def _mirror(self, state: ClusterState, touched: set[Any]) -> None:
+        c = state.cluster
+        self.occupancy[c] = {
+            "seq": state.seq,
+            "racks": [r.model_dump() for r in rack_occupancy(state)],
+        }
+        for job_id in touched:
+            if not isinstance(job_id, str):
+                continue
+            row = job_row(state, job_id)
+            key = f"{c}/{job_id}"
+            if row is None:
+                if key in self.jobs:
+                    del self.jobs[key]
+            else:
+                self.jobs[key] = row
+        self.metrics.update(state)
+
+    # -- reads (web views) --------------------------------------------------------------
+
+    def clusters(self) -> list[dict[str, Any]]:
+        return [cluster_summary(s).model_dump() for s in self.replicas.states.values()]
+
+    def racks(self, cluster: str) -> list[dict[str, Any]] | None:
+        state = self.replicas.states.get(cluster)
+        return None if state is None else [r.model_dump() for r in rack_occupancy(state)]
+
+    def job_rows(self, cluster: str) -> list[dict[str, Any]] | None:
+        state = self.replicas.states.get(cluster)
+        if state is None:
+            return None
+        rows = (
+            job_row(state, j) for j in sorted(state.jobs, key=lambda j: state.jobs[j].queue_key)
+        )
+        return [r for r in rows if r is not None]

@@ -1,0 +1,50 @@
+"""Fixtures shared by every test directory: the broker the broker tiers run against.
+
+`RACKPLANE_TEST_BROKER=kafka://host:port` (set by `scripts/kafka/kafka_server.py run`) points
+the broker tiers at that broker; without it one embedded Tansu broker serves the session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from rackplane.streams import EmbeddedBroker
+
+ENV_VAR = "RACKPLANE_TEST_BROKER"
+
+# Consumer-group joins wait about half the session timeout on Tansu (STACK_NOTES.md), and a
+# member that replaces another waits out the old one's session there (Tansu's first group
+# generation is 0, for which aiokafka sends no LeaveGroup). 6 s is the smallest session timeout
+# Apache Kafka accepts by default (group.min.session.timeout.ms).
+SESSION_TIMEOUT_MS = 6_000
+HEARTBEAT_INTERVAL_MS = 1_000
+
+
+@dataclass(frozen=True)
+class BrokerUnderTest:
+    """Where the suite's broker listens and what it is (`tansu`, or `external` from the URL)."""
+
+    bootstrap: str
+    kind: str
+
+
+def _bootstrap_from_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme != "kafka" or not rest:
+        raise pytest.UsageError(f"{ENV_VAR}={url!r}: expected kafka://host:port[,host:port]")
+    return rest.rstrip("/")
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[BrokerUnderTest]:
+    """The broker under test: `$RACKPLANE_TEST_BROKER`, else an embedded Tansu."""
+    url = os.environ.get(ENV_VAR)
+    if url:
+        yield BrokerUnderTest(bootstrap=_bootstrap_from_url(url), kind="external")
+        return
+    with EmbeddedBroker() as embedded:
+        yield BrokerUnderTest(bootstrap=embedded.bootstrap, kind="tansu")
