@@ -35,7 +35,7 @@ test: $(VENV)/.dev
 
 ## test-kafka: the broker contract suite against a real Apache Kafka 4.x (KRaft), fetched with Maven
 test-kafka: $(VENV)/.dev
-	$(BIN)/python scripts/kafka/kafka_server.py run -- $(BIN)/pytest -m broker tests/broker
+	$(BIN)/python scripts/kafka/kafka_server.py run -- $(BIN)/pytest -m broker tests/broker tests/streams
 
 ## bench: benchmarks; results go to docs/BENCHMARKS.md by hand, with the machine and date
 bench: $(VENV)/.dev

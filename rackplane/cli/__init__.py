@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from rackplane import __version__
-from rackplane.cli import _streams
+from rackplane.cli import _client, _streams, _up
 from rackplane.cli._demo import demo
 from rackplane.cli._topology import topology_app
 
@@ -19,6 +19,8 @@ app = typer.Typer(
 app.add_typer(topology_app, name="topology")
 app.command()(demo)
 _streams.register(app)
+_client.register(app)
+_up.register(app)
 
 
 @app.command()

@@ -426,8 +426,10 @@ class Defrag:
             if blocked is None or blocked.reason != "topology" or state.reserved_for(job.id):
                 continue
             plan = plan_defrag(state, job.id, now=now)
-            if plan is not None:
+            if plan is not None and plan.victims:
                 return proposals(state, plan, self.name)
+            # No plan, or room without preemption (the scheduler will place it; a replica that
+            # lags the controller sees such rooms late): nothing for defrag to do.
             break  # the head of the blocked line gets the plan, or nobody does
         return []
 

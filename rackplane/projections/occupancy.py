@@ -124,9 +124,9 @@ def rack_occupancy(state: ClusterState) -> list[RackOccupancy]:
     return rows
 
 
-def cluster_summary(state: ClusterState) -> ClusterSummary:
-    """Totals of the rack occupancy and the job queue."""
-    rows = rack_occupancy(state)
+def cluster_summary(state: ClusterState, rows: list[RackOccupancy] | None = None) -> ClusterSummary:
+    """Totals of the rack occupancy (`rows`, computed when not given) and the job queue."""
+    rows = rack_occupancy(state) if rows is None else rows
     statuses = Counter(j.status for j in state.jobs.values())
     blocked = sum(
         1 for j in state.jobs.values() if j.status is JobStatus.QUEUED and j.blocked is not None

@@ -253,6 +253,11 @@ class GpuManager:
             for e in events:
                 if e.seq == state.seq + 1:
                     state = evolve(state, e)
+                    node = getattr(e, "node", None)
+                    if node is not None and e.type.startswith("Node"):
+                        # The controller's view changed (a repair, another reporter): compare
+                        # the next verdict with that, not with what this manager last said.
+                        self.reported.pop((cluster, node), None)
             self.replicas.put(state)
 
     async def on_telemetry(self, batch: Sequence[Any]) -> None:

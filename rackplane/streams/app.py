@@ -44,7 +44,12 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "defrag": Defrag,
 }
 BATCH = 500
-WITHIN = 0.002  # seconds a batch waits to fill: bounds the latency added at low rates
+# Seconds a batch waits to fill. The controller answers fast; policies and projections take a
+# wider window so one cycle covers many events (their work per batch is O(racks) or more, and
+# every agent of a worker shares one event loop with the controller).
+WITHIN = 0.002
+POLICY_WITHIN = 0.05
+PROJECTION_WITHIN = 0.25
 
 
 def create_app(
@@ -127,7 +132,7 @@ def create_app(
 
         @app.agent(events, name="gpu_manager_events")
         async def gpu_manager_events(stream: Any) -> None:
-            async for batch in stream.take_events(BATCH, within=WITHIN):
+            async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
                 await manager.on_events(batch)
 
     if config.projections:
@@ -141,7 +146,7 @@ def create_app(
 
         @app.agent(events, name="projections")
         async def project(stream: Any) -> None:
-            async for batch in stream.take_events(BATCH, within=WITHIN):
+            async for batch in stream.take_events(BATCH, within=PROJECTION_WITHIN):
                 await projections.process(batch)
 
         _add_views(app, projections)
@@ -185,7 +190,7 @@ def create_app(
 
 def _policy_agent(runner: PolicyRunner) -> Any:
     async def agent(stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=WITHIN):
+        async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
             await runner.process(batch)
 
     agent.__name__ = runner.name

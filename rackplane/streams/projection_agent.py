@@ -15,7 +15,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from rackplane.models import Event
-from rackplane.projections import ClusterState, cluster_summary, evolve, rack_occupancy
+from rackplane.projections import (
+    ClusterState,
+    RackOccupancy,
+    cluster_summary,
+    evolve,
+    rack_occupancy,
+)
 from rackplane.streams._inbound import decode
 from rackplane.streams.agents import Replicas
 from rackplane.streams.codec import decode_event
@@ -89,9 +95,9 @@ class Metrics:
             "rackplane_event_seq", "Last event applied", ["cluster"], registry=self.registry
         )
 
-    def update(self, state: ClusterState) -> None:
+    def update(self, state: ClusterState, rows: list[RackOccupancy]) -> None:
         c = state.cluster
-        s = cluster_summary(state)
+        s = cluster_summary(state, rows)
         for role in ("allocated", "free", "spare", "failed", "unavailable"):
             self.nodes.labels(c, role).set(getattr(s, role))
         for status in ("queued", "placed", "running"):
@@ -164,10 +170,8 @@ class Projections:
 
     def _mirror(self, state: ClusterState, touched: set[Any]) -> None:
         c = state.cluster
-        self.occupancy[c] = {
-            "seq": state.seq,
-            "racks": [r.model_dump() for r in rack_occupancy(state)],
-        }
+        rows = rack_occupancy(state)
+        self.occupancy[c] = {"seq": state.seq, "racks": [r.model_dump() for r in rows]}
         for job_id in touched:
             if not isinstance(job_id, str):
                 continue
@@ -178,7 +182,7 @@ class Projections:
                     del self.jobs[key]
             else:
                 self.jobs[key] = row
-        self.metrics.update(state)
+        self.metrics.update(state, rows)
 
     # -- reads (web views) --------------------------------------------------------------
 

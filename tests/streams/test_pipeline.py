@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 
@@ -182,7 +183,11 @@ async def test_the_worker_serves_occupancy_jobs_and_prometheus_metrics(pipeline:
 
     async def settled() -> list[dict[str, object]]:
         for _ in range(100):
-            jobs = json.loads(await asyncio.to_thread(get, f"/clusters/{c}/jobs/"))
+            try:
+                jobs = json.loads(await asyncio.to_thread(get, f"/clusters/{c}/jobs/"))
+            except urllib.error.HTTPError as err:  # 404 until the projection has the cluster
+                assert err.code == 404
+                jobs = []
             if jobs and jobs[0]["status"] == "placed":
                 return list(jobs)
             await asyncio.sleep(0.1)

@@ -64,7 +64,29 @@ def _contiguous_by_cause(events: list[Event]) -> dict[str, list[int]]:
 async def test_a_worker_killed_mid_stream_loses_nothing_and_applies_nothing_twice(
     own_pipeline: Pipeline,
 ) -> None:
-    p = own_pipeline
+    await kill_and_restart(own_pipeline)
+
+
+@pytest.fixture
+def exactly_once_pipeline(broker: BrokerUnderTest, tmp_path: Path) -> Iterator[Pipeline]:
+    p = start_pipeline(broker, tmp_path, exactly_once=True)
+    try:
+        yield p
+    finally:
+        p.worker.stop()
+
+
+@pytest.mark.kafka_only
+async def test_in_exactly_once_mode_a_killed_worker_also_loses_and_repeats_nothing(
+    exactly_once_pipeline: Pipeline,
+) -> None:
+    # Kafka transactions: events and the command offsets commit together. Tansu has no
+    # transactions, so this runs in the Apache Kafka tier (make test-kafka) only.
+    await kill_and_restart(exactly_once_pipeline)
+
+
+async def kill_and_restart(p: Pipeline) -> None:
+    """Stream commands, SIGKILL the worker a third of the way, restart it at two thirds."""
     c = new_cluster()
     await p.register(c)
     commands = _commands(p, c)

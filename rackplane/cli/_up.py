@@ -1,0 +1,119 @@
+"""`rackplane up`: broker, worker and a demo load, with live progress, until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from rackplane.cli._render import console, errors, fail, print_json
+
+DEFAULT_CLUSTER = Path("examples/gb200-128.yaml")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `up` to the CLI."""
+    app.command()(up)
+
+
+def up(
+    broker: Annotated[
+        str | None, typer.Option(help="kafka://host:port; default: start the embedded broker.")
+    ] = None,
+    cluster: Annotated[Path, typer.Option(help="Cluster file of the demo.")] = DEFAULT_CLUSTER,
+    headless: Annotated[bool, typer.Option(help="No live view (for scripts and CI).")] = False,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the demo load.")] = 7,
+    jobs_per_minute: Annotated[float, typer.Option(help="Job arrival rate.")] = 240.0,
+    prefix: Annotated[str, typer.Option(help="Topic prefix.")] = "rackplane",
+) -> None:
+    """Start the embedded broker (unless --broker), a worker and the demo load; show progress."""
+    from rackplane.importers import TopologyFileError, load_cluster_file
+    from rackplane.streams import EmbeddedBroker, EmbeddedBrokerError
+    from rackplane.streams.config import StreamConfig
+    from rackplane.streams.demo_load import LoadSettings
+    from rackplane.streams.process import WorkerError, WorkerProcess
+
+    try:
+        cf = load_cluster_file(cluster)
+    except (TopologyFileError, OSError) as err:
+        fail(f"{err} (run from the repository root, or pass --cluster FILE)")
+    workdir = Path(tempfile.mkdtemp(prefix="rackplane-up-"))
+    embedded = None
+    worker = None
+    try:
+        if broker is None:
+            try:
+                embedded = EmbeddedBroker(log_path=workdir / "broker.log").start()
+            except EmbeddedBrokerError as err:
+                fail(str(err))
+            broker = embedded.url
+        config = StreamConfig(broker=broker, prefix=prefix, app_id=f"{prefix}-up")
+        say = errors.print
+        say(f"[green]broker[/] {broker}")
+        from rackplane.streams.client import ensure_topics
+
+        asyncio.run(ensure_topics(config))
+        worker = WorkerProcess(config, data_dir=workdir)
+        try:
+            worker.start()
+        except WorkerError as err:
+            fail(str(err))
+        say(f"[green]worker ready[/] (views and /metrics on http://127.0.0.1:{worker.web_port})")
+        settings = LoadSettings(seed=seed, jobs_per_minute=jobs_per_minute)
+        summary = asyncio.run(_drive(config, cf.topology, cf.policy, settings, duration, headless))
+    finally:
+        if worker is not None:
+            worker.stop()
+        if embedded is not None:
+            embedded.stop()
+    if json_out:
+        print_json(summary)
+    else:
+        console.print(_table("rackplane up: summary", summary))
+    errors.print(f"stopped; logs in {workdir}")
+
+
+async def _drive(
+    config: Any, topology: Any, policy: Any, settings: Any, duration: float | None, headless: bool
+) -> dict[str, Any]:
+    from rackplane.streams.demo_load import DemoLoad
+
+    load = DemoLoad(config, topology, policy, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if duration is not None:
+        loop.call_later(duration, stop.set)
+    runner = asyncio.create_task(load.run(stop))
+    if headless or not console.is_terminal:
+        await runner
+    else:
+        with Live(_table("rackplane up (Ctrl-C stops)", load.stats.live()), console=console,
+                  refresh_per_second=4) as live:  # fmt: skip
+            while not runner.done():
+                live.update(_table("rackplane up (Ctrl-C stops)", load.stats.live()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(runner), 0.25)
+        await runner
+    return load.stats.summary()
+
+
+def _table(title: str, data: dict[str, Any]) -> Table:
+    t = Table(title=title, title_justify="left", show_header=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    for k, v in data.items():
+        t.add_row(
+            k.replace("_", " "), "-" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
+        )
+    return t

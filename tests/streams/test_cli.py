@@ -1,0 +1,89 @@
+"""The production commands against a running worker: they print the events they caused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from rackplane.cli import app
+from rackplane.importers import dump_cluster_file
+from tests.streams.conftest import Pipeline, new_cluster, small_topology
+
+pytestmark = pytest.mark.broker
+runner = CliRunner()
+
+
+def run(p: Pipeline, *args: str) -> tuple[int, dict[str, object] | str]:
+    argv = [*args, "--broker", p.config.broker, "--prefix", p.config.prefix, "--json"]
+    result = runner.invoke(app, argv)
+    try:
+        return result.exit_code, json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return result.exit_code, result.output
+
+
+def test_an_operator_registers_submits_cordons_and_reports_from_the_command_line(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    c = new_cluster()
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(dump_cluster_file(small_topology(c)))
+    code, out = run(pipeline, "register", str(cluster_file), "--actor", "alice")
+    assert code == 0, out
+    assert [e["type"] for e in out["events"]] == ["TopologyRegistered"]  # type: ignore[index]
+
+    code, out = run(
+        pipeline,
+        "submit",
+        "--cluster",
+        c,
+        "--job",
+        "j1",
+        "--nodes",
+        "4",
+        "--slice-size",
+        "4",
+        "--actor",
+        "alice",
+    )
+    assert code == 0, out
+    (event,) = out["events"]  # type: ignore[index]
+    assert event["type"] == "JobSubmitted" and event["actor"] == "alice"
+    assert event["id"] == f"{c}/2"
+
+    code, out = run(pipeline, "cordon", "--cluster", c, "--node", "r3-n0", "--reason", "fan")
+    assert code == 0
+    assert out["events"][0]["type"] == "NodeCordoned"  # type: ignore[index]
+
+    code, out = run(
+        pipeline,
+        "health",
+        "--cluster",
+        c,
+        "--node",
+        "r3-n1",
+        "--state",
+        "failed",
+        "--cause",
+        "XID 79",
+    )
+    assert code == 0
+    assert out["events"][0]["type"] == "NodeFailed"  # type: ignore[index]
+
+    code, out = run(pipeline, "cancel", "--cluster", c, "--job", "nope")
+    assert code == 1  # rejected: printed, and the exit status says so
+    assert out["events"][0]["code"] == "unknown_job"  # type: ignore[index]
+
+
+def test_a_bad_cluster_file_is_refused_before_anything_is_sent(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"cluster": "x", "racks": [{"id": "r1", "nodes": 3}]}))
+    result = runner.invoke(app, ["register", str(bad), "--broker", pipeline.config.broker])
+    assert result.exit_code == 2
+    assert "bad.yaml" in result.stderr
