@@ -59,8 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--json", type=Path, help="write the raw rows here")
-    parser.add_argument("--only", choices=["placement", "defrag"], help="one benchmark")
+    parser.add_argument(
+        "--only", choices=["placement", "defrag", "sim", "streams"], help="one benchmark"
+    )
     args = parser.parse_args(argv)
+    if args.only == "sim":
+        from bench import sim
+
+        return sim.main(["--quick"] if args.quick else [])
     racks = (128, 1024) if args.quick else (128, 1024, 4096)
     results: dict[str, Any] = {"machine": machine(), "date": datetime.now(UTC).isoformat()}
     with Progress(

@@ -1,0 +1,235 @@
+"""Scenarios: a cluster, policy settings, a failure model, a workload and a duration.
+
+A scenario file (YAML)::
+
+    name: failures-128
+    cluster: gb200-128.yaml        # a cluster file, relative to this file, or a generated one:
+    # cluster: {racks: 16, nodes_per_rack: 18, racks_per_pod: 8, gpus_per_node: 4}
+    policy: {slice_size: 16, spares_per_rack: 2}   # base settings; presets override
+                                   # rack_local_slices, spares_per_rack (0 without "spares"),
+                                   # defrag_enabled and ntp_allowed
+    policies: [tas+spares+defrag+ntp]   # what `simulate` runs without --policy/--compare
+    days: 30
+    seed: 1
+    failures: {node_mtbi_days: 490, rack_mtbi_days: 730, repair: {GPU: {median_hours: 48}}}
+    workload: {classes: [...], jobs: [...], trace: jobs.csv, rate_basis: per_1000_nodes}
+    runtime: {warmup_days: 0, startup_minutes: 0, sample_minutes: 60,
+              slow_cross_rack_jobs: true}
+    comm: {nvlink_tb_s: 1.8, ib_gbit_s: 400, collective_share: 0.1}
+    cost: {gpu_hour_usd: 3.0}
+
+Everything but `cluster` has a default. `load_scenario` is the only place in the simulator that
+reads files (the scenario, its cluster file, its trace); `build_scenario` is pure.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from rackplane.importers import TopologyFileError, load_cluster_file
+from rackplane.models import PolicySettings, Rack, Topology
+from rackplane.policies import PRESETS
+from rackplane.sim.comm import CommModel
+from rackplane.sim.failures import FailureModel
+from rackplane.sim.workload import TraceError, Workload, parse_trace_csv
+
+DEFAULT_START = datetime(2026, 12, 1, tzinfo=UTC)
+DEFAULT_POLICY = "tas+spares+defrag+ntp"
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded; the message names the file and what is wrong."""
+
+
+class GeneratedCluster(BaseModel):
+    """A regular cluster: `racks` racks of `nodes_per_rack` nodes, `racks_per_pod` per pod."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "sim"
+    racks: int = Field(ge=1, le=100_000)
+    nodes_per_rack: int = Field(default=18, ge=1, le=1_024)
+    racks_per_pod: int = Field(default=8, ge=1)
+    gpus_per_node: int = Field(default=4, ge=1, le=64)
+
+    def topology(self) -> Topology:
+        """Racks `r0001`.. with nodes `r0001n01`.., pods `p001`.."""
+        return Topology(
+            cluster=self.name,
+            racks=tuple(
+                Rack(
+                    id=f"r{r + 1:04d}",
+                    pod=f"p{r // self.racks_per_pod + 1:03d}",
+                    nodes=tuple(f"r{r + 1:04d}n{i:02d}" for i in range(1, self.nodes_per_rack + 1)),
+                    gpus_per_node=self.gpus_per_node,
+                )
+                for r in range(self.racks)
+            ),
+        )
+
+
+class RuntimeSettings(BaseModel):
+    """How the simulated job runtime behaves and how often capacity is sampled."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    warmup_days: float = Field(default=0.0, ge=0)
+    """Simulated before measuring starts (the cluster starts empty); `days` come after it."""
+    startup_minutes: float = Field(default=0.0, ge=0)
+    """From placement to running (StartJob)."""
+    sample_minutes: float = Field(default=60.0, gt=0)
+    """Interval of the capacity samples (usable nodes, fragmentation)."""
+    slow_cross_rack_jobs: bool = True
+    """A job with a slice across racks progresses 1 / (1 + penalty) as fast (`comm`)."""
+
+
+class CostModel(BaseModel):
+    """What a GPU-hour costs (an assumption: set your own)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_hour_usd: float = Field(default=3.0, ge=0)
+
+
+class ScenarioDoc(BaseModel):
+    """A scenario as written in its file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str | None = None
+    description: str = ""
+    cluster: str | GeneratedCluster
+    policy: dict[str, Any] = Field(default_factory=dict)
+    policies: tuple[str, ...] = (DEFAULT_POLICY,)
+    days: float = Field(default=7.0, gt=0)
+    seed: int = 0
+    start: AwareDatetime = DEFAULT_START
+    failures: FailureModel = FailureModel()
+    workload: Workload = Workload()
+    runtime: RuntimeSettings = RuntimeSettings()
+    comm: CommModel = CommModel()
+    cost: CostModel = CostModel()
+
+
+class Scenario(BaseModel):
+    """A scenario ready to run: the topology resolved, the settings merged."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    topology: Topology
+    settings: PolicySettings
+    policies: tuple[str, ...]
+    days: float
+    seed: int
+    start: datetime
+    failures: FailureModel
+    workload: Workload
+    runtime: RuntimeSettings
+    comm: CommModel
+    cost: CostModel
+
+
+def build_scenario(
+    doc: ScenarioDoc,
+    *,
+    topology: Topology | None = None,
+    cluster_policy: PolicySettings | None = None,
+    name: str = "scenario",
+) -> Scenario:
+    """A runnable scenario from its document (pure).
+
+    Args:
+        doc: the document.
+        topology: the cluster, when `doc.cluster` names a file (read by the caller).
+        cluster_policy: the cluster file's policy, which `doc.policy` overrides field by field.
+        name: the name when the document gives none.
+
+    Raises:
+        ScenarioError: unknown policies, bad settings, or a cluster file name and no topology.
+    """
+    if isinstance(doc.cluster, GeneratedCluster):
+        topology = doc.cluster.topology()
+    elif topology is None:
+        raise ScenarioError(f"the cluster file {doc.cluster!r} must be loaded first")
+    unknown = [p for p in doc.policies if p not in PRESETS]
+    if unknown:
+        raise ScenarioError(f"unknown policy {unknown[0]!r}; choose from {', '.join(PRESETS)}")
+    base = (cluster_policy or PolicySettings()).model_dump()
+    try:
+        settings = PolicySettings.model_validate({**base, **doc.policy})
+    except ValidationError as err:
+        raise ScenarioError(f"policy: {_first(err)}") from None
+    return Scenario(
+        name=doc.name or name,
+        description=doc.description,
+        topology=topology,
+        settings=settings,
+        policies=doc.policies,
+        days=doc.days,
+        seed=doc.seed,
+        start=doc.start,
+        failures=doc.failures,
+        workload=doc.workload,
+        runtime=doc.runtime,
+        comm=doc.comm,
+        cost=doc.cost,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a scenario file, its cluster file and its trace (both relative to the scenario).
+
+    Raises:
+        ScenarioError: a file that cannot be read or a value that is not valid, named.
+    """
+    path = Path(path)
+    text = _read(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ScenarioError(f"{path}: expected valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: expected a mapping with at least 'cluster'")
+    try:
+        doc = ScenarioDoc.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(f"{path}: {_first(err)}") from None
+    topology, cluster_policy = None, None
+    if isinstance(doc.cluster, str):
+        try:
+            loaded = load_cluster_file(path.parent / doc.cluster)
+        except (OSError, TopologyFileError) as err:
+            raise ScenarioError(f"{path}: cluster {doc.cluster!r}: {err}") from None
+        topology, cluster_policy = loaded.topology, loaded.policy
+    if doc.workload.trace is not None:
+        trace = path.parent / doc.workload.trace
+        try:
+            rows = parse_trace_csv(_read(trace), str(trace))
+        except (TraceError, ScenarioError) as err:
+            raise ScenarioError(f"{path}: workload.trace: {err}") from None
+        workload = doc.workload.model_copy(update={"jobs": (*doc.workload.jobs, *rows)})
+        doc = doc.model_copy(update={"workload": workload})
+    try:
+        return build_scenario(doc, topology=topology, cluster_policy=cluster_policy, name=path.stem)
+    except ScenarioError as err:
+        raise ScenarioError(f"{path}: {err}") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ScenarioError(f"{path}: cannot read: {err.strerror or err}") from None
+
+
+def _first(err: ValidationError) -> str:
+    first = err.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
