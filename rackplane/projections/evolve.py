@@ -123,12 +123,28 @@ class _Builder:
         old = self.nodes[new.id]
         self.nodes[new.id] = new
         if old.available != new.available:
-            rack = self.racks[new.rack]
-            free = rack.free | {new.id} if new.available else rack.free - {new.id}
-            self.racks[new.rack] = replace(rack, free=free)
+            r = self.racks[new.rack]
+            free = r.free | {new.id} if new.available else r.free - {new.id}
+            self.racks[new.rack] = RackState(
+                r.id, r.pod, r.size, r.gpus_per_node, free, r.health, r.cause
+            )
 
     def update_node(self, node: NodeId, **changes: Any) -> None:
-        self.put_node(replace(self.nodes[node], **changes))
+        # Built field by field: dataclasses.replace costs ~6 us (a quarter of a simulated
+        # year went there); this is the hottest line of a fold.
+        old = self.nodes[node]
+        get = changes.get
+        self.put_node(
+            NodeState(
+                old.id,
+                old.rack,
+                get("health", old.health),
+                get("cordoned", old.cordoned),
+                get("job", old.job),
+                get("slice", old.slice),
+                get("cause", old.cause),
+            )
+        )
 
     def assign(self, job: JobId, slice_index: int, nodes: Iterable[NodeId]) -> None:
         for n in nodes:
