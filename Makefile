@@ -20,11 +20,13 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@ $(VENV)/.runtime
 
-## up: create the virtualenv, install, and run the demo story on the 128-rack example
+## up: create the virtualenv, install, and run broker + worker + demo load until Ctrl-C
 up: $(VENV)/.runtime
-	$(BIN)/rackplane demo
+	$(BIN)/rackplane up
 
-demo: up
+## demo: the short in-process story (no broker)
+demo: $(VENV)/.runtime
+	$(BIN)/rackplane demo
 
 ## test: lint, type-check (strict on the pure core) and run every test (Tansu broker tier too)
 test: $(VENV)/.dev

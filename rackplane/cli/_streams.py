@@ -63,6 +63,8 @@ def worker(
     data_dir: Annotated[str, typer.Option(help="Worker data directory.")] = ".rackplane/worker",
     audit_dir: Annotated[str | None, typer.Option(help="Write the audit trail here.")] = None,
     policies: Annotated[str, typer.Option(help="Policy agents to run.")] = "spare_swap,tas,defrag",
+    gpu_manager: Annotated[bool, typer.Option(help="Run the GPU Manager (telemetry).")] = True,
+    projections: Annotated[bool, typer.Option(help="Run the projections and views.")] = True,
     max_message_bytes: Annotated[
         int, typer.Option(help="Larger messages are rejected before decoding.")
     ] = 1_048_576,
@@ -87,6 +89,8 @@ def worker(
         audit_dir=audit_dir,
         policies=chosen,
         max_message_bytes=max_message_bytes,
+        gpu_manager=gpu_manager,
+        projections=projections,
     )
     try:
         config.bootstrap  # noqa: B018  (validates the URL)

@@ -70,6 +70,7 @@ def up(
         say(f"[green]worker ready[/] (views and /metrics on http://127.0.0.1:{worker.web_port})")
         settings = LoadSettings(seed=seed, jobs_per_minute=jobs_per_minute)
         summary = asyncio.run(_drive(config, cf.topology, cf.policy, settings, duration, headless))
+        summary["broker"] = broker
     finally:
         if worker is not None:
             worker.stop()

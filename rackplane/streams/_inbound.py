@@ -28,8 +28,8 @@ class Decoded(Generic[T]):
 def decode(
     event: Any, parse: Callable[[bytes], T], *, agent: str, topic: str, limit: int
 ) -> Decoded[T] | None:
-    """Decode a Faust stream event's raw value; None for marker records (skip them)."""
-    message = event.message
+    """Decode a Faust stream event's (or an aiokafka record's) raw value; None for markers."""
+    message = getattr(event, "message", event)
     headers = list(message.headers or ())
     if is_marker(headers):
         return None

@@ -209,7 +209,7 @@ def _events_by_cluster(batch: Sequence[Any]) -> dict[str, list[Event]]:
     agent reports garbage on the events topic)."""
     out: dict[str, list[Event]] = defaultdict(list)
     for ev in batch:
-        message = ev.message
+        message = getattr(ev, "message", ev)
         if any(k == "rackplane-marker" for k, _ in message.headers or ()):
             continue
         try:
@@ -280,16 +280,17 @@ class GpuManager:
             if node is None:
                 from rackplane.streams.rejected import rejection
 
+                message = getattr(ev, "message", ev)
                 await reject(
                     self.rejected,
                     rejection(
-                        raw=ev.message.value,
+                        raw=message.value,
                         reason=f"node {sample.node} is not in cluster {sample.cluster!r}",
                         agent=self.name,
                         topic=self.topic,
                         partition=d.partition,
                         offset=d.offset,
-                        key=ev.message.key,
+                        key=message.key,
                     ),
                 )
                 continue

@@ -7,7 +7,7 @@ and benchmarks build as many isolated apps as they need); `run_worker(config)` r
 |---|---|---|
 | controller | commands | events (the only writer), rejected |
 | spare_swap, tas, defrag | events | commands |
-| gpu_manager | telemetry, events | commands, rejected |
+| gpu_manager | telemetry (a plain consumer loop), events | commands, rejected |
 | projections | events | tables `occupancy`, `jobs`; rejected |
 | audit (when configured) | events, commands, rejected | the audit sink |
 """
@@ -35,6 +35,8 @@ from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import EventLog, is_marker
 from rackplane.streams.projection_agent import Projections
+from rackplane.streams.senders import FastSender, SharedProducer, sender_for
+from rackplane.streams.telemetry_loop import TelemetryLoop
 
 log = logging.getLogger("rackplane.worker")
 
@@ -102,8 +104,12 @@ def create_app(
         return r
 
     limit = config.max_message_bytes
+    shared = SharedProducer(config.bootstrap, max_request_size=max(limit * 2, 1_048_576))
+    events_out = sender_for(events, shared, exactly_once=exactly_once)
+    commands_out = sender_for(commands, shared, exactly_once=exactly_once)
+    rejected_out = sender_for(rejected, shared, exactly_once=exactly_once)
     controller = Controller(
-        replica(), events, rejected, topic=commands.get_topic_name(), limit=limit
+        replica(), events_out, rejected_out, topic=commands.get_topic_name(), limit=limit
     )
 
     @app.agent(commands, name="controller")
@@ -112,28 +118,38 @@ def create_app(
             await controller.process(batch)
 
     for name in config.policies:
-        runner = PolicyRunner(POLICIES[name](), replica(), commands)
+        runner = PolicyRunner(POLICIES[name](), replica(), commands_out)
         app.agent(events, name=name)(_policy_agent(runner))
 
+    loops: list[TelemetryLoop] = []
     if config.gpu_manager:
         manager = GpuManager(
             classifier or SimpleRules(),
             replica(),
-            commands,
-            rejected,
+            FastSender(shared, commands.get_topic_name()),  # outside Faust: not transactional
+            FastSender(shared, rejected.get_topic_name()),
             topic=telemetry.get_topic_name(),
             limit=limit,
         )
-
-        @app.agent(telemetry, name="gpu_manager")
-        async def gpu_manager(stream: Any) -> None:
-            async for batch in stream.take_events(BATCH, within=WITHIN):
-                await manager.on_telemetry(batch)
+        loops.append(
+            TelemetryLoop(
+                config.bootstrap,
+                telemetry.get_topic_name(),
+                f"{config.app_id}.telemetry",
+                manager,
+                session_timeout=config.session_timeout,
+            )
+        )
 
         @app.agent(events, name="gpu_manager_events")
         async def gpu_manager_events(stream: Any) -> None:
             async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
                 await manager.on_events(batch)
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def start_telemetry() -> None:
+            for loop in loops:
+                loop.start()
 
     if config.projections:
         occupancy = app.Table(
@@ -141,7 +157,7 @@ def create_app(
         )
         jobs = app.Table("jobs", default=None, partitions=config.partitions, use_partitioner=True)
         projections = Projections(
-            replica(), occupancy, jobs, rejected, topic=events.get_topic_name(), limit=limit
+            replica(), occupancy, jobs, rejected_out, topic=events.get_topic_name(), limit=limit
         )
 
         @app.agent(events, name="projections")
@@ -180,8 +196,11 @@ def create_app(
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def on_shutdown(sender: Any, *args: Any, **kwargs: Any) -> None:
+        for loop in loops:
+            await loop.stop()
         for eventlog in logs:
             await eventlog.stop()
+        await shared.stop()
         if sink is not None:
             sink.close()
 

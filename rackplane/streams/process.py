@@ -58,6 +58,10 @@ class WorkerProcess:
         ]  # fmt: skip
         if c.exactly_once:
             args.append("--exactly-once")
+        if not c.gpu_manager:
+            args.append("--no-gpu-manager")
+        if not c.projections:
+            args.append("--no-projections")
         if c.audit_dir:
             args += ["--audit-dir", c.audit_dir]
         return args

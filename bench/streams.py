@@ -1,0 +1,271 @@
+"""Throughput and latency of the streaming pipeline, in one run on one broker.
+
+1. raw: a plain aiokafka consumer reading N pre-produced telemetry records (the ceiling).
+2. telemetry: a worker running only the GPU Manager consumes N pre-produced samples; the
+   last one carries a fatal XID, so the clock stops when its `NodeFailed` event appears.
+3. commands: a worker running only the controller decides N pre-produced commands
+   (cordon/uncordon pairs); the clock stops at the N-th command's event.
+4. latency: the same controller, fed 500 commands/s for `seconds`; each command's latency is
+   send -> its event read back by a consumer polling every 5 ms.
+Worker start-up (about 5 s, a consumer-group join) is not counted: the clock starts when the
+worker reports its partitions assigned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from bench._clusters import topology
+from rackplane.models import (
+    TELEMETRY,
+    CordonNode,
+    GpuSample,
+    NodeTelemetry,
+    PolicySettings,
+    RegisterTopology,
+    UncordonNode,
+)
+from rackplane.streams.client import Client, ensure_topics
+from rackplane.streams.codec import decode_event
+from rackplane.streams.config import StreamConfig
+from rackplane.streams.process import WorkerProcess
+
+Progress = Callable[[str], None]
+
+
+def _config(url: str, **kw: Any) -> StreamConfig:
+    name = f"bench{uuid.uuid4().hex[:6]}"
+    return StreamConfig(broker=url, prefix=name, app_id=name, partitions=1, **kw)
+
+
+def _sample(cluster: str, node: str, xid: int | None = None) -> NodeTelemetry:
+    return NodeTelemetry(
+        cluster=cluster,
+        node=node,
+        at=datetime.now(UTC),
+        gpus=tuple(
+            GpuSample(index=i, temperature_c=55.0, power_w=690.0, ecc_uncorrected=0,
+                      xid=xid if i == 0 else None, nvlink_down=0)
+            for i in range(4)
+        ),
+    )  # fmt: skip
+
+
+async def _produce(client: Client, topic: str, values: list[tuple[bytes, bytes]]) -> None:
+    pending = []
+    for key, value in values:
+        pending.append(await client.send_raw(topic, value, key))
+        if len(pending) >= 5000:
+            await asyncio.gather(*pending)
+            pending.clear()
+    await asyncio.gather(*pending)
+
+
+async def _register(client: Client, cluster: str, racks: int) -> None:
+    t = topology(racks)
+    await client.send(
+        RegisterTopology(id=f"reg-{cluster}", cluster=t.cluster, actor="bench", topology=t,
+                         settings=PolicySettings())
+    )  # fmt: skip
+
+
+async def _wait_event(config: StreamConfig, cluster: str, pred: Callable[[Any], bool]) -> float:
+    consumer = AIOKafkaConsumer(
+        config.topic("events"), bootstrap_servers=config.bootstrap, group_id=None,
+        auto_offset_reset="earliest", fetch_max_wait_ms=5,
+    )  # fmt: skip
+    await consumer.start()
+    try:
+        async for record in consumer:
+            if record.value and record.key == cluster.encode() and pred(decode_event(record.value)):
+                return time.monotonic()
+    finally:
+        await consumer.stop()
+    raise AssertionError("unreachable")
+
+
+async def raw_consumer(url: str, n: int) -> dict[str, Any]:
+    config = _config(url)
+    await ensure_topics(config)
+    cluster = topology(8).cluster
+    value = TELEMETRY.dump_json(_sample(cluster, "r0000n00"))
+    async with Client(config, linger_ms=5) as client:
+        await _produce(client, "telemetry", [(b"r0000n00", value)] * n)
+    consumer = AIOKafkaConsumer(
+        config.topic("telemetry"), bootstrap_servers=config.bootstrap, group_id=None,
+        auto_offset_reset="earliest", fetch_max_wait_ms=5,
+    )  # fmt: skip
+    await consumer.start()
+    t0 = time.monotonic()
+    got = 0
+    try:
+        while got < n:
+            batch = await consumer.getmany(timeout_ms=200, max_records=10_000)
+            got += sum(len(v) for v in batch.values())
+    finally:
+        await consumer.stop()
+    dt = time.monotonic() - t0
+    return {"stage": "raw aiokafka consumer", "messages": n, "seconds": dt, "per_second": n / dt}
+
+
+async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
+    config = _config(url, policies=(), projections=False)
+    await ensure_topics(config)
+    t = topology(racks)
+    nodes = [node for r in t.racks for node in r.nodes]
+    async with Client(config, linger_ms=5) as client:
+        await _register(client, t.cluster, racks)
+        values = [
+            (
+                nodes[i % len(nodes)].encode(),
+                TELEMETRY.dump_json(_sample(t.cluster, nodes[i % len(nodes)])),
+            )
+            for i in range(n - 1)
+        ]
+        last = nodes[7]
+        values.append((last.encode(), TELEMETRY.dump_json(_sample(t.cluster, last, xid=79))))
+        await _produce(client, "telemetry", values)
+    worker = WorkerProcess(config)
+    try:
+        await asyncio.to_thread(worker.start)
+        t0 = time.monotonic()
+        t1 = await asyncio.wait_for(
+            _wait_event(config, t.cluster, lambda e: e.type == "NodeFailed" and e.node == last), 600
+        )
+    finally:
+        worker.stop()
+    dt = t1 - t0
+    return {
+        "stage": "telemetry through gpu_manager",
+        "messages": n,
+        "seconds": dt,
+        "per_second": n / dt,
+    }
+
+
+async def commands(url: str, n: int, racks: int = 128) -> dict[str, Any]:
+    config = _config(url, policies=(), projections=False, gpu_manager=False)
+    await ensure_topics(config)
+    t = topology(racks)
+    node = t.racks[0].nodes[0]
+    async with Client(config, linger_ms=5) as client:
+        await _register(client, t.cluster, racks)
+        values = []
+        for i in range(n):
+            kind = CordonNode if i % 2 == 0 else UncordonNode
+            c = kind(id=f"c{i}", cluster=t.cluster, actor="bench", node=node)
+            values.append((t.cluster.encode(), c.model_dump_json().encode()))
+        await _produce(client, "commands", values)
+    worker = WorkerProcess(config)
+    try:
+        await asyncio.to_thread(worker.start)
+        t0 = time.monotonic()
+        t1 = await asyncio.wait_for(
+            _wait_event(config, t.cluster, lambda e: e.causation_id == f"c{n - 1}"), 600
+        )
+    finally:
+        worker.stop()
+    dt = t1 - t0
+    return {
+        "stage": "commands through controller",
+        "messages": n,
+        "seconds": dt,
+        "per_second": n / dt,
+    }
+
+
+async def latency(url: str, rate: float, seconds: float, racks: int = 128) -> dict[str, Any]:
+    config = _config(url, policies=(), projections=False, gpu_manager=False)
+    await ensure_topics(config)
+    t = topology(racks)
+    node = t.racks[0].nodes[0]
+    worker = WorkerProcess(config)
+    sent: dict[str, float] = {}
+    lat: list[float] = []
+    try:
+        await asyncio.to_thread(worker.start)
+        async with Client(config) as client:
+            await _register(client, t.cluster, racks)
+            consumer = AIOKafkaConsumer(
+                config.topic("events"), bootstrap_servers=config.bootstrap, group_id=None,
+                auto_offset_reset="earliest", fetch_max_wait_ms=5,
+            )  # fmt: skip
+            await consumer.start()
+            total = int(rate * seconds)
+
+            async def read() -> None:
+                while len(lat) < total:
+                    batch = await consumer.getmany(timeout_ms=100)
+                    now = time.monotonic()
+                    for records in batch.values():
+                        for r in records:
+                            if not r.value:
+                                continue
+                            e = decode_event(r.value)
+                            at = sent.pop(e.causation_id or "", None)
+                            if at is not None:
+                                lat.append((now - at) * 1000)
+
+            reader = asyncio.create_task(read())
+            await asyncio.sleep(1)
+            t0 = time.monotonic()
+            for i in range(total):
+                kind = CordonNode if i % 2 == 0 else UncordonNode
+                c = kind(id=f"l{i}", cluster=t.cluster, actor="bench", node=node)
+                sent[c.id] = time.monotonic()
+                await client.send(c, wait=False)
+                delay = t0 + (i + 1) / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await asyncio.wait_for(reader, 60)
+            await consumer.stop()
+    finally:
+        worker.stop()
+    lat.sort()
+    return {
+        "stage": f"command -> event latency at {rate:.0f}/s",
+        "messages": len(lat),
+        "p50_ms": statistics.median(lat),
+        "p99_ms": lat[int(0.99 * (len(lat) - 1))],
+        "max_ms": lat[-1],
+    }
+
+
+async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[dict[str, Any]]:
+    """Every stage on the broker at `url`; raw first (the ratios refer to it)."""
+    n = 20_000 if quick else 100_000
+    progress("streams: raw consumer")
+    rows = [await raw_consumer(url, n)]
+    progress("streams: telemetry through gpu_manager")
+    rows.append(await telemetry(url, n))
+    progress("streams: commands through controller")
+    rows.append(await commands(url, n // 5))
+    raw = rows[0]["per_second"]
+    for r in rows:
+        r["ratio_to_raw"] = r["per_second"] / raw
+    progress("streams: latency at 500 commands/s")
+    rows.append(await latency(url, 500, 10 if quick else 30))
+    return rows
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    from rackplane.streams import EmbeddedBroker
+
+    target = sys.argv[1] if len(sys.argv) > 1 else None
+    if target is None:
+        with EmbeddedBroker() as b:
+            out = asyncio.run(run_all(b.url, print, quick="--quick" in sys.argv))
+    else:
+        out = asyncio.run(run_all(target, print, quick="--quick" in sys.argv))
+    print(json.dumps(out, indent=2))

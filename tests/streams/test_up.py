@@ -1,0 +1,41 @@
+"""`rackplane up --headless --duration S --json`: the whole demo, and nothing left running."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+EXPECTED = {
+    "events", "commands", "rejected", "jobs_placed", "jobs_blocked", "jobs_preempted",
+    "swaps", "migrations", "degradations", "slices_rack_local_fraction",
+    "command_to_event_ms_p50", "command_to_event_ms_p99",
+}  # fmt: skip
+
+
+def test_up_runs_the_demo_headless_prints_a_summary_and_stops_everything() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rackplane", "up", "--headless", "--duration", "25", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert set(summary) >= EXPECTED
+    assert summary["jobs_placed"] > 10
+    assert summary["events"] >= summary["jobs_placed"]
+    assert summary["slices_rack_local_fraction"] == 1.0
+    assert summary["rejected"] == 0
+    assert summary["command_to_event_ms_p50"] is not None
+    # Nothing left running: neither the worker (its data dir) nor the broker (its port).
+    workdir = re.search(r"logs in (\S+)", done.stderr)
+    assert workdir is not None
+    port = summary["broker"].rsplit(":", 1)[1]
+    time.sleep(0.5)
+    for pattern in (workdir.group(1), f"127.0.0.1:{port}"):
+        found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        assert found.stdout.strip() == "", f"still running: {pattern}"
