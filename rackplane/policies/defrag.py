@@ -51,13 +51,14 @@ from rackplane.projections.state import ClusterState, JobState, restart_cost
 
 MAX_SUBSETS_PER_RACK = 4096
 """Exhaustive victim subsets per rack up to 12 candidates; greedy beyond."""
-MAX_TRIES_PER_SLICE = 256
-"""Victim sets validated per slice before giving up (each try re-places the victims)."""
+MAX_TRIES = 128
+"""Victim sets validated per plan (plus one per slice) before giving up: each try re-places
+the victims chosen so far."""
 RETRY_TRIES = 16
 """Validations per slice when retrying after jobs ended (no new block): most retries find
 nothing new, and a full search on every completion made defrag 10x the cost of a simulated
 year (214 of 246 attempts found no plan)."""
-MAX_EXTRAS = 2
+MAX_EXTRAS = 3
 """Extra victims (outside the target rack) a chain may add to a seed."""
 ALTERNATIVES_KEPT = 3
 
@@ -110,12 +111,22 @@ def _candidates(state: ClusterState, beneficiary: JobId, priority: int) -> list[
     return sorted(out, key=lambda v: v.queue_key)
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A validated choice: the blocked job's slices, every victim's new placement, and the
+    capacity left after all of it (so a next slice can build on it)."""
+
+    hero: Placement
+    moves: list[tuple[JobId, Placement]]
+    capacity: Capacity
+
+
 def replace_victims(
     state: ClusterState,
     base: Capacity,
     victims: Sequence[JobState],
     targets: Sequence[tuple[RackId, int]],
-) -> tuple[Placement, list[tuple[JobId, Placement]]] | None:
+) -> Attempt | None:
     """Free the victims, put the blocked job's slices on `targets`, re-place every victim
     elsewhere; None when some victim finds no room."""
     cap = base.copy()
@@ -129,7 +140,7 @@ def replace_victims(
         cap.take(nodes)
         slices.append(nodes)
     hero = Placement(tuple(slices), tuple(r for r, _ in targets), "")
-    held = {r for r, j in state.reservations.items()} | {r for r, _ in targets}
+    held = set(state.reservations) | {r for r, _ in targets}
     moves = []
     for v in sorted(victims, key=lambda j: j.queue_key):
         p = find_placement(cap, v.spec.slice_sizes, exclude=held)
@@ -137,11 +148,26 @@ def replace_victims(
             return None
         cap.commit(p)
         moves.append((v.id, p))
-    return hero, moves
+    return Attempt(hero, moves, cap)
+
+
+def _extend(attempt: Attempt, rack: RackId, size: int) -> Attempt | None:
+    """Add a slice on a rack that has room, no new victim: valid without re-placing anyone
+    when no victim was re-placed onto that rack (their placements excluded the targets)."""
+    cap = attempt.capacity
+    if cap.usable[rack] < size or any(rack in p.racks for _, p in attempt.moves):
+        return None
+    cap = cap.copy()
+    nodes = cap.nodes(rack, size)
+    cap.take(nodes)
+    hero = Placement(
+        (*attempt.hero.slices, nodes), (*attempt.hero.racks, rack), attempt.hero.explanation
+    )
+    return Attempt(hero, attempt.moves, cap)
 
 
 def plan_defrag(
-    state: ClusterState, job_id: JobId, *, now: datetime, max_tries: int = MAX_TRIES_PER_SLICE
+    state: ClusterState, job_id: JobId, *, now: datetime, max_tries: int = MAX_TRIES
 ) -> DefragPlan | None:
     """The least disruptive valid plan that places `job_id` inside racks, or None."""
     job = state.jobs[job_id]
@@ -157,7 +183,7 @@ def plan_room(
     *,
     now: datetime,
     avoid: frozenset[RackId] = frozenset(),
-    max_tries: int = MAX_TRIES_PER_SLICE,
+    max_tries: int = MAX_TRIES,
 ) -> DefragPlan | None:
     """The least disruptive valid plan that frees rack-shaped room for slices of `sizes`
     nodes on behalf of `job_id` (queued, or running and needing a rack for one slice), never
@@ -176,7 +202,12 @@ def plan_room(
             if node.health is Health.HEALTHY and not node.cordoned:
                 per = in_rack.setdefault(node.rack, {})
                 per[v.id] = per.get(v.id, 0) + 1
+    freed_in: dict[JobId, dict[RackId, int]] = {}
+    for rack, per in in_rack.items():
+        for victim, k in per.items():
+            freed_in.setdefault(victim, {})[rack] = k
     base = Capacity(state)
+    room_total = sum(u for u in base.usable.values() if u > 0)
     index = state.index
     open_racks = [
         r.id
@@ -187,8 +218,9 @@ def plan_room(
     ]
     targets: list[tuple[RackId, int]] = []
     chosen: list[JobId] = []
-    result: tuple[Placement, list[tuple[JobId, Placement]]] | None = None
+    result: Attempt | None = None
     alternatives: list[DefragAlternative] = []
+    budget = _Budget(max_tries + len(sizes))  # one plan's validations, all slices together
     for size in sizes:
         trial = base.copy()
         for vid in chosen:
@@ -197,13 +229,28 @@ def plan_room(
             trial.usable[rack] -= taken
         seeds = _options(trial, open_racks, size, in_rack, cost, set(chosen))
         anchor = targets[0][0] if targets else None
-        search = _Search(seeds, pool, chosen, cost, index, anchor, max_tries)
+        search = _Search(seeds, pool, chosen, cost, index, anchor, budget)
         picked = None
         for option in search:
-            victims = [*chosen, *option.victims]
-            attempt = replace_victims(
-                state, base, [by_id[v] for v in victims], [*targets, (option.rack, size)]
-            )
+            attempt = None
+            if result is not None and not option.victims:
+                attempt = _extend(result, option.rack, size)
+            elif not _room_for(
+                [by_id[v] for v in (*chosen, *option.victims)],
+                {r for r, _ in targets} | {option.rack},
+                base,
+                room_total,
+                freed_in,
+            ):
+                # Not enough free nodes outside the targets for the victims, shape aside: no
+                # placement can work; skipping it does not spend a validation.
+                search.failed(option, counted=False)
+                continue
+            if attempt is None:
+                victims = [*chosen, *option.victims]
+                attempt = replace_victims(
+                    state, base, [by_id[v] for v in victims], [*targets, (option.rack, size)]
+                )
             if attempt is not None:
                 picked, result = option, attempt
                 break
@@ -215,7 +262,7 @@ def plan_room(
         targets.append((picked.rack, size))
         chosen.extend(picked.victims)
     assert result is not None
-    hero, moves = result
+    hero, moves = result.hero, result.moves
     total = sum(cost[v] for v in chosen)
     return DefragPlan(
         job=job_id,
@@ -229,13 +276,37 @@ def plan_room(
     )
 
 
+class _Budget:
+    """Validations left to one plan, and options skipped without one (bounded too)."""
+
+    def __init__(self, tries: int) -> None:
+        self.left = tries
+        self.skips_left = 50 * tries
+
+
+def _room_for(
+    victims: Sequence[JobState],
+    targets: set[RackId],
+    base: Capacity,
+    room_total: int,
+    freed_in: dict[JobId, dict[RackId, int]],
+) -> bool:
+    """A necessary condition for re-placing `victims` outside `targets`: as many usable
+    nodes there (now free, or freed by the victims) as the victims ask for."""
+    need = sum(v.spec.nodes for v in victims)
+    room = room_total - sum(max(0, base.usable[r]) for r in targets)
+    for v in victims:
+        room += sum(k for r, k in freed_in.get(v.id, {}).items() if r not in targets)
+    return room >= need
+
+
 class _Search:
     """Victim sets for one slice in order of cost: each seed (a rack and a minimal set of its
     victims) first alone, then with extra victims elsewhere, whose leaving can make room to
     re-place the others (a chain of at most `MAX_EXTRAS`). Extras are enumerated lazily,
     cheapest subsets first: from (set, last) the next are (set + next) and (set - last + next),
     which visits every subset of the extras exactly once in non-decreasing cost. Stops after
-    `MAX_TRIES_PER_SLICE` validations."""
+    the plan's budget of validations."""
 
     def __init__(
         self,
@@ -245,9 +316,9 @@ class _Search:
         cost: dict[JobId, float],
         index: TopologyIndex,
         anchor: RackId | None,
-        max_tries: int = MAX_TRIES_PER_SLICE,
+        budget: _Budget,
     ) -> None:
-        self.max_tries = max_tries
+        self.budget = budget
         self.cost = cost
         self.index = index
         self.anchor = anchor
@@ -278,8 +349,7 @@ class _Search:
         heapq.heappush(self.heap, (self._key(option), seed, extra, last))
 
     def __iter__(self) -> Iterator[_Option]:
-        tries = 0
-        while self.heap and tries < self.max_tries:
+        while self.heap and self.budget.left > 0:
             _, seed, extra, last = heapq.heappop(self.heap)
             nxt = last + 1
             while nxt < len(self.extras) and self.extras[nxt] in seed.victims:
@@ -294,11 +364,16 @@ class _Search:
             if key in self.seen:
                 continue
             self.seen.add(key)
-            tries += 1
+            self.budget.left -= 1
             yield _Option(seed.cost + sum(self.cost[v] for v in extra), seed.rack, victims)
 
-    def failed(self, option: _Option) -> None:
+    def failed(self, option: _Option, *, counted: bool = True) -> None:
         self.rejected.append(option)
+        if not counted:
+            self.budget.left += 1
+            self.budget.skips_left -= 1
+            if self.budget.skips_left <= 0:
+                self.budget.left = 0
 
     def alternatives(self, picked: _Option) -> list[DefragAlternative]:
         """Options that lost: cheaper ones that were invalid, then the next seeds by cost."""
@@ -419,7 +494,7 @@ class Defrag:
         wanted = [e.job for e in events if isinstance(e, JobBlocked) and e.reason == "topology"]
         if not wanted and not any(e.type in _RETRY for e in events):
             return []
-        tries = MAX_TRIES_PER_SLICE if wanted else RETRY_TRIES
+        tries = MAX_TRIES if wanted else RETRY_TRIES
         for job in state.queued():
             blocked = job.blocked
             if blocked is None or blocked.reason != "topology" or state.reserved_for(job.id):
