@@ -1,8 +1,10 @@
 """Throughput and latency of the streaming pipeline, in one run on one broker.
 
 1. raw: a plain aiokafka consumer reading N pre-produced telemetry records (the ceiling).
-2. telemetry: a worker running only the GPU Manager consumes N pre-produced samples; the
-   last one carries a fatal XID, so the clock stops when its `NodeFailed` event appears.
+2. telemetry: a worker running only the GPU Manager (and the controller) consumes N samples
+   produced as fast as the client can (the clock starts with the first); the last carries a
+   fatal XID, so the clock stops when its `NodeFailed` event appears. The producer finishes
+   well before the worker (`producer_seconds`), so the rate is the worker's.
 3. commands: a worker running only the controller decides N pre-produced commands
    (cordon/uncordon pairs); the clock stops at the N-th command's event.
 4. latency: the same controller, fed 500 commands/s for `seconds`; each command's latency is
@@ -121,25 +123,28 @@ async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
     await ensure_topics(config)
     t = topology(racks)
     nodes = [node for r in t.racks for node in r.nodes]
-    async with Client(config, linger_ms=5) as client:
-        await _register(client, t.cluster, racks)
-        values = [
-            (
-                nodes[i % len(nodes)].encode(),
-                TELEMETRY.dump_json(_sample(t.cluster, nodes[i % len(nodes)])),
-            )
-            for i in range(n - 1)
-        ]
-        last = nodes[7]
-        values.append((last.encode(), TELEMETRY.dump_json(_sample(t.cluster, last, xid=79))))
-        await _produce(client, "telemetry", values)
+    last = nodes[7]
+    values = [
+        (node.encode(), TELEMETRY.dump_json(_sample(t.cluster, node)))
+        for node in (nodes[i % len(nodes)] for i in range(n - 1))
+    ]
+    values.append((last.encode(), TELEMETRY.dump_json(_sample(t.cluster, last, xid=79))))
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
-        t0 = time.monotonic()
-        t1 = await asyncio.wait_for(
-            _wait_event(config, t.cluster, lambda e: e.type == "NodeFailed" and e.node == last), 600
-        )
+        async with Client(config, linger_ms=5) as client:
+            # Registered first: samples of nodes the controller does not know are rejected.
+            await _register(client, t.cluster, racks)
+            await asyncio.wait_for(
+                _wait_event(config, t.cluster, lambda e: e.type == "TopologyRegistered"), 60
+            )
+            failed = asyncio.create_task(
+                _wait_event(config, t.cluster, lambda e: e.type == "NodeFailed" and e.node == last)
+            )
+            t0 = time.monotonic()
+            await _produce(client, "telemetry", values)
+            produced = time.monotonic() - t0
+            t1 = await asyncio.wait_for(failed, 600)
     finally:
         worker.stop()
     dt = t1 - t0
@@ -148,6 +153,7 @@ async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
         "messages": n,
         "seconds": dt,
         "per_second": n / dt,
+        "producer_seconds": produced,
     }
 
 

@@ -96,4 +96,32 @@ def worker(
         config.bootstrap  # noqa: B018  (validates the URL)
     except ValueError as err:
         fail(str(err))
+    if exactly_once:
+        _check_transactions(config.bootstrap)
     run_worker(config, loglevel=log_level)
+
+
+def _check_transactions(bootstrap: str) -> None:
+    """Fail with a clear message when the broker has no transactions (Tansu has none)."""
+    import asyncio
+    import uuid
+
+    from aiokafka import AIOKafkaProducer
+
+    async def probe() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"rackplane-probe-{uuid.uuid4().hex}"
+        )
+        try:
+            await asyncio.wait_for(producer.start(), 30)
+        finally:
+            await producer.stop()
+
+    try:
+        asyncio.run(probe())
+    except Exception as err:  # any failure to open a transactional producer says the same
+        fail(
+            f"--exactly-once needs Kafka transactions, which the broker at {bootstrap} does not "
+            f"offer ({type(err).__name__}); run without --exactly-once (at-least-once, "
+            "deduplicated) or against Apache Kafka"
+        )

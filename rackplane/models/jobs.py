@@ -69,13 +69,6 @@ class JobSpec(BaseModel):
         return slice_sizes(self.nodes, self.slice_size or DEFAULT_SLICE_SIZE)
 
     @property
-    def shape_text(self) -> str:
-        """A short human description: `128 nodes as 8 x 16`."""
-        sizes = self.slice_sizes
-        shape = f"{len(sizes)} x {sizes[0]}" if len(set(sizes)) == 1 else "+".join(map(str, sizes))
-        return f"{self.nodes} nodes as {shape}"
-
-    @property
     def multi_node(self) -> bool:
         """True when the job spans more than one node."""
         return self.nodes > 1

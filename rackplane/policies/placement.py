@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rackplane.models import BlockReason, Health, JobId, NodeId, PodId, RackId, TopologyIndex
+from rackplane.models import BlockReason, Health, NodeId, PodId, RackId, TopologyIndex
 from rackplane.projections.state import ClusterState
 
 
@@ -308,9 +308,3 @@ def _explain(
         )
     where = f"pod {pods[0]}" if len(pods) == 1 else f"{len(pods)} pods ({', '.join(pods)})"
     return f"{_shape(sizes)} on {len(distinct)} racks in {where}, best fit by rack"
-
-
-def job_racks(state: ClusterState, job: JobId) -> tuple[RackId, ...]:
-    """Racks a job's slices occupy, in slice order."""
-    j = state.jobs[job]
-    return tuple(dict.fromkeys(r for s in j.slices for r in s.racks))

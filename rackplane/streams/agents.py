@@ -26,7 +26,7 @@ from rackplane.projections import ClusterState, evolve
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
 from rackplane.streams.eventlog import EventLog
-from rackplane.streams.rejected import Sender, reject
+from rackplane.streams.rejected import Sender, reject, rejection
 
 log = logging.getLogger("rackplane.agents")
 
@@ -41,9 +41,8 @@ def utcnow() -> datetime:
 class Replicas:
     """Per-cluster states of one agent, rebuilt from the event log on first use."""
 
-    def __init__(self, eventlog: EventLog, *, read_committed: bool = False) -> None:
+    def __init__(self, eventlog: EventLog) -> None:
         self.eventlog = eventlog
-        self.eventlog.read_committed = read_committed
         self.states: dict[str, ClusterState] = {}
 
     async def get(self, cluster: str) -> tuple[ClusterState, list[Event]]:
@@ -278,8 +277,6 @@ class GpuManager:
             state, _ = await self.replicas.get(sample.cluster)
             node = state.nodes.get(sample.node)
             if node is None:
-                from rackplane.streams.rejected import rejection
-
                 message = getattr(ev, "message", ev)
                 await reject(
                     self.rejected,
@@ -311,8 +308,3 @@ class GpuManager:
                 await self.commands.send(key=sample.cluster.encode(), value=encode_command(command))
             )
         await _settle(pending)
-
-
-def command_for(cluster: str, command: Command) -> tuple[bytes, bytes]:
-    """Key and value of a command on the commands topic."""
-    return cluster.encode(), encode_command(command)

@@ -97,9 +97,9 @@ def create_app(
     replicas: list[Replicas] = []
 
     def replica() -> Replicas:
-        eventlog = EventLog(config.bootstrap, config.topic("events"))
+        eventlog = EventLog(config.bootstrap, config.topic("events"), read_committed=exactly_once)
         logs.append(eventlog)
-        r = Replicas(eventlog, read_committed=exactly_once)
+        r = Replicas(eventlog)
         replicas.append(r)
         return r
 
@@ -221,23 +221,18 @@ def _add_views(app: faust.App, projections: Projections) -> None:
     async def clusters(web: Any, request: Any) -> Any:
         return web.json(projections.clusters())
 
+    def rows_or_404(web: Any, rows: list[dict[str, Any]] | None) -> Any:
+        if rows is None:
+            return web.json({"error": "unknown cluster"}, status=404)
+        return web.json(rows)
+
     @app.page("/clusters/{cluster}/racks/")
     async def racks(web: Any, request: Any, cluster: str) -> Any:
-        rows = projections.racks(cluster)
-        return (
-            web.json(rows)
-            if rows is not None
-            else web.json({"error": "unknown cluster"}, status=404)
-        )
+        return rows_or_404(web, projections.racks(cluster))
 
     @app.page("/clusters/{cluster}/jobs/")
     async def jobs(web: Any, request: Any, cluster: str) -> Any:
-        rows = projections.job_rows(cluster)
-        return (
-            web.json(rows)
-            if rows is not None
-            else web.json({"error": "unknown cluster"}, status=404)
-        )
+        return rows_or_404(web, projections.job_rows(cluster))
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
@@ -245,36 +240,36 @@ def _add_views(app: faust.App, projections: Projections) -> None:
 
 
 def _add_audit(app: faust.App, sink: AuditSink, **topics: Any) -> None:
-    def raw(batch: Sequence[Any]) -> list[bytes]:
-        return [
-            ev.message.value
-            for ev in batch
-            if not is_marker(ev.message.headers) and ev.message.value is not None
-        ]
+    feeds = (
+        ("events", decode_event, sink.record_events),
+        ("commands", COMMANDS.validate_json, sink.record_commands),
+        ("rejected", REJECTIONS.validate_json, sink.record_rejections),
+    )
+    for name, parse, record in feeds:
+        app.agent(topics[name], name=f"audit_{name}")(_audit_agent(parse, record))
 
-    def decoded(values: list[bytes], parse: Any) -> list[Any]:
-        out = []
-        for v in values:
-            try:
-                out.append(parse(v))
-            except (ValidationError, ValueError):
-                continue  # the agent that owns the topic rejects it
-        return out
 
-    @app.agent(topics["events"], name="audit_events")
-    async def audit_events(stream: Any) -> None:
+def _audit_agent(parse: Callable[[bytes], Any], record: Callable[[list[Any]], None]) -> Any:
+    async def agent(stream: Any) -> None:
         async for batch in stream.take_events(BATCH, within=0.05):
-            sink.record_events(decoded(raw(batch), decode_event))
+            record(_decodable(batch, parse))
 
-    @app.agent(topics["commands"], name="audit_commands")
-    async def audit_commands(stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=0.05):
-            sink.record_commands(decoded(raw(batch), COMMANDS.validate_json))
+    return agent
 
-    @app.agent(topics["rejected"], name="audit_rejections")
-    async def audit_rejections(stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=0.05):
-            sink.record_rejections(decoded(raw(batch), REJECTIONS.validate_json))
+
+def _decodable(batch: Sequence[Any], parse: Callable[[bytes], Any]) -> list[Any]:
+    """What decodes in a batch, in order; markers and garbage are skipped (the agent that
+    owns the topic sends garbage to `rejected`, which the audit also records)."""
+    out = []
+    for ev in batch:
+        message = ev.message
+        if is_marker(message.headers) or message.value is None:
+            continue
+        try:
+            out.append(parse(message.value))
+        except (ValidationError, ValueError):
+            continue
+    return out
 
 
 def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -153,8 +153,3 @@ async def _collect(consumer: AIOKafkaConsumer, cause: str, timeout: float) -> li
     if not found:
         raise TimeoutError(f"no event for command {cause} within {timeout:.0f} s")
     return found
-
-
-def event_ids(events: Sequence[Event]) -> list[str]:
-    """Ids of events, for printing."""
-    return [e.id for e in events]

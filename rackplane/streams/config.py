@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,6 @@ class StreamConfig:
     projections: bool = True
     audit_dir: str | None = None
     """Where the audit sink writes (JSON lines), when set."""
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:

@@ -44,6 +44,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+from rackplane.streams._children import die_with_parent
+
 __all__ = ["EmbeddedBroker", "EmbeddedBrokerError", "free_port"]
 
 _HOST = "127.0.0.1"
@@ -316,6 +318,7 @@ class EmbeddedBroker:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=die_with_parent,
                 )
             except OSError as err:
                 raise EmbeddedBrokerError(

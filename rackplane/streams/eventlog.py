@@ -46,13 +46,18 @@ class Rebuilt:
 class EventLog:
     """Rebuilds cluster states from the events topic (one reader per agent)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, read_committed: bool = False) -> None:
+        """Args:
+        bootstrap: the brokers.
+        topic: the events topic.
+        read_committed: skip aborted transactions (exactly-once mode writes events in
+            transactions).
+        """
         self.bootstrap = bootstrap
         self.topic = topic
+        self.read_committed = read_committed
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
-        self.read_committed = False
-        """Skip aborted transactions (exactly-once mode writes events in transactions)."""
 
     async def start(self) -> None:
         """Open the producer the markers go through."""

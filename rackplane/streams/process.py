@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Self
 
+from rackplane.streams._children import die_with_parent
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.embedded import free_port
 
@@ -71,7 +72,11 @@ class WorkerProcess:
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
             self.process = subprocess.Popen(
-                self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.argv(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         self.wait_ready(ready_timeout)
         return self

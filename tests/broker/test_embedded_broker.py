@@ -78,3 +78,29 @@ def test_losing_the_race_for_the_port_is_reported_not_mistaken_for_ready(
     monkeypatch.setattr(embedded, "_port_is_taken", lambda port: False)
     with pytest.raises(EmbeddedBrokerError, match=f"port {taken_port} .* in use"):
         EmbeddedBroker(port=taken_port).start()
+
+
+def test_the_broker_dies_with_a_parent_that_was_killed() -> None:
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import os, sys\n"
+        "from rackplane.streams import EmbeddedBroker\n"
+        "b = EmbeddedBroker().start()\n"
+        "print(b.pid, flush=True)\n"
+        "os._exit(0)  # no atexit, no stop(): as if killed\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.strip())
+    for _ in range(50):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().split()[2]
+        except FileNotFoundError:
+            return
+        if state == "Z":  # exited, waiting to be reaped by init
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"broker {pid} outlived its parent")

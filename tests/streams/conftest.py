@@ -139,7 +139,8 @@ def pipeline(
     broker: BrokerUnderTest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Pipeline]:
     """A worker shared by a test module (each test uses its own cluster id)."""
-    p = start_pipeline(broker, tmp_path_factory.mktemp("worker"), max_message_bytes=65_536)
+    tmp = tmp_path_factory.mktemp("worker")
+    p = start_pipeline(broker, tmp, max_message_bytes=65_536, audit_dir=str(tmp / "audit"))
     try:
         yield p
     finally:

@@ -11,6 +11,7 @@ import json
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,33 @@ async def test_the_worker_serves_occupancy_jobs_and_prometheus_metrics(pipeline:
     assert f'rackplane_nodes{{cluster="{c}",role="allocated"}} 4.0' in metrics
     controller = json.loads(await asyncio.to_thread(get, f"/clusters/{c}/controller/"))
     assert controller["seq"] >= 3
+
+
+async def test_the_audit_sink_records_commands_events_and_rejections_in_order(
+    pipeline: Pipeline,
+) -> None:
+    c = new_cluster()
+    await pipeline.register(c)
+    command = submit(pipeline, c, "audited", 2)
+    await pipeline.send(command)
+    async with Client(pipeline.config) as client:
+        await (await client.send_raw("commands", b"not a command", c.encode()))
+    await pipeline.events(c, lambda es: any(e.causation_id == command.id for e in es))
+    audit = Path(str(pipeline.config.audit_dir))
+
+    def lines(name: str) -> list[dict[str, object]]:
+        path = audit / f"{name}.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    for _ in range(100):
+        events = [e for e in lines("events") if e["cluster"] == c]
+        commands = [x for x in lines("commands") if x["cluster"] == c]
+        rejections = [r for r in lines("rejections") if r["key"] == c]
+        if len(events) >= 3 and rejections:
+            break
+        await asyncio.sleep(0.1)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert command.id in [x["id"] for x in commands]
+    assert "Invalid JSON" in str(rejections[0]["reason"])
