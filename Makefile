@@ -42,6 +42,7 @@ test-kafka: $(VENV)/.dev
 ## bench: benchmarks; results go to docs/BENCHMARKS.md by hand, with the machine and date
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench --only sim
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check $(SRC)

@@ -1,6 +1,8 @@
 """`python -m bench` (or `make bench`): run the benchmarks, print tables and markdown.
 
-Options: `--quick` (small sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`.
+Placement, defrag and the streaming pipeline (on an embedded Tansu) by default; the simulator
+(`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
+sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`.
 """
 
 from __future__ import annotations
@@ -37,21 +39,32 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
 
 
+def _keys(rows: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(k for r in rows for k in r))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
 def _table(title: str, rows: list[dict[str, Any]]) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold")
-    for k in rows[0]:
-        t.add_column(k, justify="right" if isinstance(rows[0][k], int | float) else "left")
+    keys = _keys(rows)
+    for k in keys:
+        numeric = any(isinstance(r.get(k), int | float) for r in rows)
+        t.add_column(k, justify="right" if numeric else "left")
     for r in rows:
-        t.add_row(*(f"{v:.2f}" if isinstance(v, float) else str(v) for v in r.values()))
+        t.add_row(*(_cell(r.get(k)) for k in keys))
     return t
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
-    keys = list(rows[0])
+    keys = _keys(rows)
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:
-        cells = (f"{r[k]:.2f}" if isinstance(r[k], float) else str(r[k]) for k in keys)
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_cell(r.get(k)) for k in keys) + " |")
     return "\n".join(lines)
 
 
@@ -83,8 +96,20 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.only in (None, "defrag"):
             results["defrag"] = defrag_time(racks, 10, say)
+        if args.only in (None, "streams"):
+            import asyncio
+
+            from bench.streams import run_all
+            from rackplane.streams import EmbeddedBroker
+
+            with EmbeddedBroker() as broker:
+                results["streams"] = asyncio.run(run_all(broker.url, say, quick=args.quick))
     out.print(f"[bold]{results['machine']}[/] — {results['date']}")
-    for name, title in (("placement", "Placement latency (ms)"), ("defrag", "Defrag plan (ms)")):
+    for name, title in (
+        ("placement", "Placement latency (ms)"),
+        ("defrag", "Defrag plan (ms)"),
+        ("streams", "Streaming pipeline (embedded Tansu)"),
+    ):
         if name in results:
             out.print(_table(title, results[name]))
             out.print(_markdown(results[name]), markup=False, highlight=False)
