@@ -23,9 +23,7 @@ Algorithm overview (`plan_defrag`):
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -43,14 +41,12 @@ from rackplane.models import (
     PreemptJobs,
     RackId,
     SliceAssignment,
-    TopologyIndex,
 )
+from rackplane.policies._defrag_search import Budget, Search, options, room_for
 from rackplane.policies._proposals import Proposals
 from rackplane.policies.placement import Capacity, Placement, find_placement
 from rackplane.projections.state import ClusterState, JobState, restart_cost
 
-MAX_SUBSETS_PER_RACK = 4096
-"""Exhaustive victim subsets per rack up to 12 candidates; greedy beyond."""
 MAX_TRIES = 128
 """Victim sets validated per plan (plus one per slice) before giving up: each try re-places
 the victims chosen so far."""
@@ -58,9 +54,6 @@ RETRY_TRIES = 16
 """Validations per slice when retrying after jobs ended (no new block): most retries find
 nothing new, and a full search on every completion made defrag 10x the cost of a simulated
 year (214 of 246 attempts found no plan)."""
-MAX_EXTRAS = 3
-"""Extra victims (outside the target rack) a chain may add to a seed."""
-ALTERNATIVES_KEPT = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +68,6 @@ class DefragPlan:
     cost: float
     alternatives: tuple[DefragAlternative, ...]
     explanation: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Option:
-    cost: float
-    rack: RackId
-    victims: tuple[JobId, ...]
 
 
 def victim_cost(state: ClusterState, victim: JobState, priority: int, now: datetime) -> float:
@@ -220,22 +206,22 @@ def plan_room(
     chosen: list[JobId] = []
     result: Attempt | None = None
     alternatives: list[DefragAlternative] = []
-    budget = _Budget(max_tries + len(sizes))  # one plan's validations, all slices together
+    budget = Budget(max_tries + len(sizes))  # one plan's validations, all slices together
     for size in sizes:
         trial = base.copy()
         for vid in chosen:
             trial.release(by_id[vid].nodes)
         for rack, taken in targets:
             trial.usable[rack] -= taken
-        seeds = _options(trial, open_racks, size, in_rack, cost, set(chosen))
+        seeds = options(trial, open_racks, size, in_rack, cost, set(chosen))
         anchor = targets[0][0] if targets else None
-        search = _Search(seeds, pool, chosen, cost, index, anchor, budget)
+        search = Search(seeds, pool, chosen, cost, index, anchor, budget)
         picked = None
         for option in search:
             attempt = None
             if result is not None and not option.victims:
                 attempt = _extend(result, option.rack, size)
-            elif not _room_for(
+            elif not room_for(
                 [by_id[v] for v in (*chosen, *option.victims)],
                 {r for r, _ in targets} | {option.rack},
                 base,
@@ -274,184 +260,6 @@ def plan_room(
         alternatives=tuple(alternatives),
         explanation=_explain(state, job, targets, chosen, moves, total, alternatives),
     )
-
-
-class _Budget:
-    """Validations left to one plan, and options skipped without one (bounded too)."""
-
-    def __init__(self, tries: int) -> None:
-        self.left = tries
-        self.skips_left = 50 * tries
-
-
-def _room_for(
-    victims: Sequence[JobState],
-    targets: set[RackId],
-    base: Capacity,
-    room_total: int,
-    freed_in: dict[JobId, dict[RackId, int]],
-) -> bool:
-    """A necessary condition for re-placing `victims` outside `targets`: as many usable
-    nodes there (now free, or freed by the victims) as the victims ask for."""
-    need = sum(v.spec.nodes for v in victims)
-    room = room_total - sum(max(0, base.usable[r]) for r in targets)
-    for v in victims:
-        room += sum(k for r, k in freed_in.get(v.id, {}).items() if r not in targets)
-    return room >= need
-
-
-class _Search:
-    """Victim sets for one slice in order of cost: each seed (a rack and a minimal set of its
-    victims) first alone, then with extra victims elsewhere, whose leaving can make room to
-    re-place the others (a chain of at most `MAX_EXTRAS`). Extras are enumerated lazily,
-    cheapest subsets first: from (set, last) the next are (set + next) and (set - last + next),
-    which visits every subset of the extras exactly once in non-decreasing cost. Stops after
-    the plan's budget of validations."""
-
-    def __init__(
-        self,
-        seeds: list[_Option],
-        pool: list[JobState],
-        chosen: list[JobId],
-        cost: dict[JobId, float],
-        index: TopologyIndex,
-        anchor: RackId | None,
-        budget: _Budget,
-    ) -> None:
-        self.budget = budget
-        self.cost = cost
-        self.index = index
-        self.anchor = anchor
-        taken = set(chosen)
-        self.extras = sorted((v.id for v in pool if v.id not in taken), key=lambda v: (cost[v], v))
-        self.heap: list[tuple[tuple[float, int, int, int, int], _Option, tuple[JobId, ...], int]]
-        self.heap = []
-        self.counter = itertools.count()
-        self.seen: set[tuple[RackId, frozenset[JobId]]] = set()
-        self.rejected: list[_Option] = []
-        self.seeds = seeds
-        for seed in seeds:
-            self._push(seed, (), -1)
-
-    def _key(self, o: _Option) -> tuple[float, int, int, int, int]:
-        hops = self.index.hops(self.anchor, o.rack) if self.anchor else 0
-        return (
-            round(o.cost, 9),
-            len(o.victims),
-            hops,
-            self.index.rack_order[o.rack],
-            next(self.counter),
-        )
-
-    def _push(self, seed: _Option, extra: tuple[JobId, ...], last: int) -> None:
-        victims = seed.victims + extra
-        option = _Option(seed.cost + sum(self.cost[v] for v in extra), seed.rack, victims)
-        heapq.heappush(self.heap, (self._key(option), seed, extra, last))
-
-    def __iter__(self) -> Iterator[_Option]:
-        while self.heap and self.budget.left > 0:
-            _, seed, extra, last = heapq.heappop(self.heap)
-            nxt = last + 1
-            while nxt < len(self.extras) and self.extras[nxt] in seed.victims:
-                nxt += 1
-            if nxt < len(self.extras):
-                if len(extra) < MAX_EXTRAS:
-                    self._push(seed, (*extra, self.extras[nxt]), nxt)
-                if extra:
-                    self._push(seed, (*extra[:-1], self.extras[nxt]), nxt)
-            victims = seed.victims + extra
-            key = (seed.rack, frozenset(victims))
-            if key in self.seen:
-                continue
-            self.seen.add(key)
-            self.budget.left -= 1
-            yield _Option(seed.cost + sum(self.cost[v] for v in extra), seed.rack, victims)
-
-    def failed(self, option: _Option, *, counted: bool = True) -> None:
-        self.rejected.append(option)
-        if not counted:
-            self.budget.left += 1
-            self.budget.skips_left -= 1
-            if self.budget.skips_left <= 0:
-                self.budget.left = 0
-
-    def alternatives(self, picked: _Option) -> list[DefragAlternative]:
-        """Options that lost: cheaper ones that were invalid, then the next seeds by cost."""
-        out = [
-            DefragAlternative(
-                target_racks=(o.rack,),
-                victims=o.victims,
-                cost_gpu_hours=o.cost,
-                why_not="a victim could not be re-placed elsewhere",
-            )
-            for o in self.rejected[:ALTERNATIVES_KEPT]
-        ]
-        costlier = sorted(
-            (o for o in self.seeds if (o.rack, o.victims) != (picked.rack, picked.victims)),
-            key=self._key,
-        )
-        for o in costlier:
-            if len(out) >= ALTERNATIVES_KEPT:
-                break
-            if o.cost >= picked.cost and o not in self.rejected:
-                out.append(
-                    DefragAlternative(
-                        target_racks=(o.rack,),
-                        victims=o.victims,
-                        cost_gpu_hours=o.cost,
-                        why_not="costlier",
-                    )
-                )
-        return out
-
-
-def _options(
-    capacity: Capacity,
-    racks: Iterable[RackId],
-    size: int,
-    in_rack: dict[RackId, dict[JobId, int]],
-    cost: dict[JobId, float],
-    taken: set[JobId],
-) -> list[_Option]:
-    out = []
-    for r in racks:
-        room = capacity.usable[r]
-        if room >= size:
-            out.append(_Option(0.0, r, ()))
-            continue
-        freeable = {v: n for v, n in in_rack.get(r, {}).items() if v not in taken}
-        for subset in _minimal_subsets(freeable, size - room, cost):
-            out.append(_Option(sum(cost[v] for v in subset), r, subset))
-    return out
-
-
-def _minimal_subsets(
-    freeable: dict[JobId, int], need: int, cost: dict[JobId, float]
-) -> list[tuple[JobId, ...]]:
-    """Sets of victims freeing at least `need` nodes, none of whose members is superfluous."""
-    if sum(freeable.values()) < need:
-        return []
-    ids = sorted(freeable, key=lambda v: (cost[v], v))
-    if len(ids) > 12:
-        # Greedy by cost per node freed, plus every single victim that suffices alone.
-        greedy: list[JobId] = []
-        got = 0
-        for v in sorted(ids, key=lambda v: (cost[v] / freeable[v], v)):
-            greedy.append(v)
-            got += freeable[v]
-            if got >= need:
-                break
-        singles = [(v,) for v in ids if freeable[v] >= need]
-        return [tuple(greedy), *singles]
-    out = []
-    for k in range(1, len(ids) + 1):
-        for subset in itertools.combinations(ids, k):
-            freed = sum(freeable[v] for v in subset)
-            if freed >= need and freed - min(freeable[v] for v in subset) < need:
-                out.append(subset)
-                if len(out) >= MAX_SUBSETS_PER_RACK:
-                    return out
-    return out
 
 
 def _explain(
