@@ -44,7 +44,13 @@ from rackplane.models import (
 )
 from rackplane.policies._defrag_search import Budget, Search, options, room_for
 from rackplane.policies._proposals import Proposals
-from rackplane.policies.placement import Capacity, Placement, find_placement
+from rackplane.policies.placement import (
+    Capacity,
+    Placement,
+    Unplaceable,
+    choose_racks,
+    find_placement,
+)
 from rackplane.projections.state import ClusterState, JobState, restart_cost
 
 MAX_TRIES = 128
@@ -135,6 +141,35 @@ def replace_victims(
         cap.commit(p)
         moves.append((v.id, p))
     return Attempt(hero, moves, cap)
+
+
+def fits_on_counts(
+    state: ClusterState,
+    base: Capacity,
+    victims: Sequence[JobState],
+    targets: Sequence[tuple[RackId, int]],
+    freed_in: dict[JobId, dict[RackId, int]],
+) -> bool:
+    """`replace_victims` on node counts alone (the same rack choices, no node lists, no
+    explanations): whether it would succeed. Most candidate plans fail; they fail here."""
+    usable = dict(base.usable)
+    for v in victims:
+        for rack, k in freed_in.get(v.id, {}).items():
+            usable[rack] += k
+    for rack, size in targets:
+        if usable[rack] < size:
+            return False
+        usable[rack] -= size
+    held = set(state.reservations) | {r for r, _ in targets}
+    for v in sorted(victims, key=lambda j: j.queue_key):
+        view = {r: (0 if r in held or u < 0 else u) for r, u in usable.items()}
+        sizes = v.spec.slice_sizes
+        racks = choose_racks(base.index, view, sizes)
+        if isinstance(racks, Unplaceable):
+            return False
+        for rack, size in zip(racks, sizes, strict=True):
+            usable[rack] -= size
+    return True
 
 
 def _extend(attempt: Attempt, rack: RackId, size: int) -> Attempt | None:
@@ -233,10 +268,10 @@ def plan_room(
                 search.failed(option, counted=False)
                 continue
             if attempt is None:
-                victims = [*chosen, *option.victims]
-                attempt = replace_victims(
-                    state, base, [by_id[v] for v in victims], [*targets, (option.rack, size)]
-                )
+                victims = [by_id[v] for v in (*chosen, *option.victims)]
+                where = [*targets, (option.rack, size)]
+                if fits_on_counts(state, base, victims, where, freed_in):
+                    attempt = replace_victims(state, base, victims, where)
             if attempt is not None:
                 picked, result = option, attempt
                 break
@@ -299,14 +334,19 @@ class Defrag:
         """Plan for the first topology-blocked job without a plan in flight."""
         if state.index is None or not state.settings.defrag_enabled:
             return []
-        wanted = [e.job for e in events if isinstance(e, JobBlocked) and e.reason == "topology"]
-        if not wanted and not any(e.type in _RETRY for e in events):
+        wanted = {e.job for e in events if isinstance(e, JobBlocked) and e.reason == "topology"}
+        retry = any(e.type in _RETRY for e in events)
+        if not wanted and not retry:
             return []
-        tries = MAX_TRIES if wanted else RETRY_TRIES
         for job in state.queued():
             blocked = job.blocked
             if blocked is None or blocked.reason != "topology" or state.reserved_for(job.id):
                 continue
+            # A job blocked behind the head changes nothing for the head: search again only
+            # when the head is newly blocked (full budget) or room may have come back (retry).
+            if job.id not in wanted and not retry:
+                break
+            tries = MAX_TRIES if job.id in wanted else RETRY_TRIES
             plan = plan_defrag(state, job.id, now=now, max_tries=tries)
             if plan is not None and plan.victims:
                 return proposals(state, plan, self.name)
@@ -317,7 +357,18 @@ class Defrag:
 
 
 # After these, a plan that was impossible may have become possible.
-_RETRY = frozenset({"JobCompleted", "JobFailed", "JobCancelled", "PolicyConfigured"})
+_RETRY = frozenset(
+    {
+        "JobCompleted",
+        "JobFailed",
+        "JobCancelled",
+        "PolicyConfigured",
+        "NodeRepaired",
+        "NodeRecovered",
+        "NodeUncordoned",
+        "RackRecovered",
+    }
+)
 
 
 def proposals(state: ClusterState, plan: DefragPlan, policy: str = "defrag") -> list[Command]:

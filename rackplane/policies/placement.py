@@ -152,11 +152,22 @@ def find_placement(
     Returns:
         A `Placement`, or an `Unplaceable` saying `capacity` or `topology` and why.
     """
-    index = capacity.index
     usable = capacity.view(exclude)
     if within is not None:
         allowed = set(within)
         usable = {r: (u if r in allowed else 0) for r, u in usable.items()}
+    racks = choose_racks(capacity.index, usable, sizes)
+    if isinstance(racks, Unplaceable):
+        return racks
+    slices = _pick_nodes(capacity, racks, sizes)
+    return Placement(slices, tuple(racks), _explain(capacity, usable, racks, sizes))
+
+
+def choose_racks(
+    index: TopologyIndex, usable: dict[RackId, int], sizes: Sequence[int]
+) -> list[RackId] | Unplaceable:
+    """Steps 2-6 on counts alone: the rack of each slice, or why none. `usable` is never
+    negative (see `Capacity.view`). Cheap enough to validate many candidate plans with."""
     need = sum(sizes)
     total = sum(usable.values())
     s = sizes[0]
@@ -174,18 +185,19 @@ def find_placement(
     chosen = _full_slices(index, usable, fits, s, k)
     if chosen is None:
         return _topology_block(usable, sizes, total, placeable)
+    racks = list(chosen)
+    if not rest:
+        return racks
     left = dict(usable)
     for rack in chosen:
         left[rack] -= s
-    racks = list(chosen)
     for size in rest:
         target = _nearest_best_fit(index, left, size, anchor=racks[0])
         if target is None:
             return _topology_block(usable, sizes, total, placeable)
         left[target] -= size
         racks.append(target)
-    slices = _pick_nodes(capacity, racks, sizes)
-    return Placement(slices, tuple(racks), _explain(capacity, usable, racks, sizes))
+    return racks
 
 
 def _full_slices(
