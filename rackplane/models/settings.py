@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rackplane.models._ids import Actor
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE
 
 
@@ -34,3 +35,8 @@ class PolicySettings(BaseModel):
     """Time a preempted or migrated job needs to restart, counted in its cost."""
     allow_interactive_preemption: bool = False
     """Defrag may preempt interactive jobs. Off unless an operator turns it on."""
+    admins: tuple[Actor, ...] | None = None
+    """Actors allowed the admin commands: uncordon a node, change the policy settings (such as
+    allowing interactive preemption) or re-register the topology, preempt jobs or trigger a
+    defrag by hand, cancel another owner's job. None (the default) keeps no list and lets every
+    actor do them, for a single operator's test setup; set it in production."""
