@@ -13,7 +13,7 @@ from rackplane.models.jobs import DEFAULT_SLICE_SIZE
 class PolicySettings(BaseModel):
     """Knobs of placement, recovery and defragmentation. Defaults follow DESIGN.md."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     slice_size: int = Field(default=DEFAULT_SLICE_SIZE, ge=1, le=1_024)
     """Default nodes per slice for jobs that do not say."""
