@@ -32,6 +32,7 @@ from rackplane.models import (
     JobSpec,
     PolicySettings,
     RegisterTopology,
+    RepairNode,
     ReportNodeHealth,
     SubmitJob,
     UncordonNode,
@@ -47,7 +48,7 @@ Timeout = Annotated[float, typer.Option(help="Seconds to wait for the outcome.")
 
 def register(app: typer.Typer) -> None:
     """Add the client commands to the CLI."""
-    for command in (register_topology, submit, cancel, cordon, uncordon, health):
+    for command in (register_topology, submit, cancel, cordon, uncordon, health, repair):
         app.command(name=command.__name__.replace("_topology", ""))(command)
     app.command(name="allow-interactive")(allow_interactive)
 
@@ -263,6 +264,25 @@ def health(
         node=node,
         health=state,
         cause=cause,
+    )
+    _send(s, command, timeout, json_out)
+
+
+def repair(
+    node: Annotated[str, typer.Option(help="Node id.")],
+    cluster: Cluster,
+    note: Annotated[str, typer.Option(help="What was done (reseated, replaced, re-imaged).")] = "",
+    broker: Broker = None,
+    prefix: Prefix = None,
+    actor: Actor = None,
+    timeout: Timeout = 30.0,
+    json_out: Json = False,
+    config_file: ConfigFile = None,
+) -> None:
+    """Return a failed node to service after a repair (a health report cannot)."""
+    s = _settings(config_file, broker, prefix, actor)
+    command = RepairNode(
+        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), node=node, note=note
     )
     _send(s, command, timeout, json_out)
 

@@ -74,6 +74,10 @@ def test_an_operator_registers_submits_cordons_and_reports_from_the_command_line
     assert code == 0
     assert out["events"][0]["type"] == "NodeFailed"  # type: ignore[index]
 
+    code, out = run(pipeline, "repair", "--cluster", c, "--node", "r3-n1", "--note", "reseated")
+    assert code == 0, out
+    assert out["events"][0]["type"] == "NodeRepaired"  # type: ignore[index]
+
     code, out = run(pipeline, "cancel", "--cluster", c, "--job", "nope")
     assert code == 1  # rejected: printed, and the exit status says so
     assert out["events"][0]["code"] == "unknown_job"  # type: ignore[index]
