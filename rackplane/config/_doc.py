@@ -19,8 +19,8 @@ _HEAD = """\
 
 One settings model (`rackplane/config/_model.py`, pydantic-settings) configures the worker
 (`rackplane worker`) and the client commands (`register`, `submit`, `cancel`, `cordon`,
-`uncordon`, `health`, `allow-interactive`). Each value comes from the first of these that
-sets it, highest first:
+`uncordon`, `health`, `repair`, `allow-interactive`). Each value comes from the first of
+these that sets it, highest first:
 
 1. a command-line flag (`--broker`, `--prefix`, `--partitions`, ...);
 2. an environment variable `RACKPLANE_<SETTING>` (upper case; policy fields as
