@@ -6,6 +6,7 @@ import typer
 
 from rackplane import __version__
 from rackplane.cli import _client, _sim, _streams, _up
+from rackplane.cli._config import config_app
 from rackplane.cli._demo import demo
 from rackplane.cli._topology import topology_app
 
@@ -17,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(topology_app, name="topology")
+app.add_typer(config_app, name="config")
 app.command()(demo)
 _streams.register(app)
 _client.register(app)

@@ -1,7 +1,8 @@
 """Commands to a running system: register, submit, cancel, cordon, uncordon, health.
 
 Each sends one command (with an actor) to the commands topic and prints the events it caused,
-by id; a rejection prints its reason and exits with status 1.
+by id; a rejection prints its reason and exits with status 1. Broker, prefix and actor come
+from the settings (flags > RACKPLANE_* > config file; docs/CONFIG.md).
 """
 
 from __future__ import annotations
@@ -16,49 +17,57 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rackplane.cli._render import console, fail, print_json
+from rackplane.cli._config import ConfigFile, settings
+from rackplane.cli._render import console, errors, fail, print_json
+from rackplane.config import RackplaneSettings
 from rackplane.models import (
     CancelJob,
     Command,
     CommandRejected,
+    ConfigurePolicy,
     CordonNode,
     Event,
     Health,
     JobKind,
     JobSpec,
+    PolicySettings,
     RegisterTopology,
+    RepairNode,
     ReportNodeHealth,
     SubmitJob,
     UncordonNode,
 )
 
-Broker = Annotated[str, typer.Option(help="kafka://host:port of the running system.")]
+Broker = Annotated[str | None, typer.Option(help="kafka://host:port of the running system.")]
 Cluster = Annotated[str, typer.Option(help="Cluster id.")]
 Actor = Annotated[str | None, typer.Option(help="Who sends it (default operator:$USER).")]
-Prefix = Annotated[str, typer.Option(help="Topic prefix.")]
+Prefix = Annotated[str | None, typer.Option(help="Topic prefix.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 Timeout = Annotated[float, typer.Option(help="Seconds to wait for the outcome.")]
 
 
 def register(app: typer.Typer) -> None:
     """Add the client commands to the CLI."""
-    for command in (register_topology, submit, cancel, cordon, uncordon, health):
+    for command in (register_topology, submit, cancel, cordon, uncordon, health, repair):
         app.command(name=command.__name__.replace("_topology", ""))(command)
+    app.command(name="allow-interactive")(allow_interactive)
 
 
-def _actor(actor: str | None) -> str:
-    return actor or f"operator:{getpass.getuser()}"
+def _settings(
+    config_file: Path | None, broker: str | None, prefix: str | None, actor: str | None
+) -> RackplaneSettings:
+    return settings(config_file, broker=broker, topic_prefix=prefix, actor=actor)
 
 
-def _send(broker: str, prefix: str, command: Command, timeout: float, as_json: bool) -> None:
+def _actor(s: RackplaneSettings) -> str:
+    return s.actor or f"operator:{getpass.getuser()}"
+
+
+def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool) -> None:
     from rackplane.streams.client import Client
-    from rackplane.streams.config import StreamConfig
 
-    config = StreamConfig(broker=broker, prefix=prefix)
-    try:
-        config.bootstrap  # noqa: B018  (validates the URL)
-    except ValueError as err:
-        fail(str(err))
+    config = s.stream_config()
+    broker = s.broker
 
     async def go() -> list[Event]:
         async with Client(config) as client:
@@ -90,35 +99,54 @@ def _send(broker: str, prefix: str, command: Command, timeout: float, as_json: b
 
 
 def register_topology(
-    cluster_file: Annotated[Path, typer.Argument(help="Cluster file to register.")],
-    broker: Broker = "kafka://127.0.0.1:9092",
-    prefix: Prefix = "rackplane",
+    cluster_file: Annotated[
+        Path | None,
+        typer.Argument(help="Cluster file to register (default: the `cluster_file` setting)."),
+    ] = None,
+    broker: Broker = None,
+    prefix: Prefix = None,
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    config_file: ConfigFile = None,
 ) -> None:
-    """Register (or grow) a cluster's topology and policy settings from a cluster file."""
+    """Register (or grow) a cluster's topology and policy settings from a cluster file.
+
+    The `policy` settings of the configuration (e.g. RACKPLANE_POLICY__ADMINS) override the
+    file's `policy:` section field by field.
+    """
     from rackplane.importers import TopologyFileError, load_cluster_file
 
+    s = _settings(config_file, broker, prefix, actor)
+    path = cluster_file or s.cluster_file
+    if path is None:
+        fail("name a cluster file (or set `cluster_file`: RACKPLANE_CLUSTER_FILE)")
     try:
-        cf = load_cluster_file(cluster_file)
-    except (TopologyFileError, OSError) as err:
+        cf = load_cluster_file(path)
+        policy = s.policy_over(cf.policy)
+    except (TopologyFileError, OSError, ValueError) as err:
         fail(str(err))
+    if policy.admins is None:
+        errors.print(
+            "[yellow]warning:[/] no admin list (policy setting `admins`): every actor may run "
+            "admin commands on this cluster (docs/OPERATIONS.md)",
+            highlight=False,
+        )
     command = RegisterTopology(
         id=f"cli-{uuid.uuid4().hex}",
         cluster=cf.topology.cluster,
-        actor=_actor(actor),
+        actor=_actor(s),
         topology=cf.topology,
-        settings=cf.policy,
+        settings=policy,
     )
-    _send(broker, prefix, command, timeout, json_out)
+    _send(s, command, timeout, json_out)
 
 
 def submit(
     job: Annotated[str, typer.Option(help="Job id.")],
     nodes: Annotated[int, typer.Option(help="Nodes.")],
     cluster: Cluster,
-    broker: Broker = "kafka://127.0.0.1:9092",
+    broker: Broker = None,
     slice_size: Annotated[
         int | None, typer.Option(help="Nodes per slice (cluster default).")
     ] = None,
@@ -130,13 +158,15 @@ def submit(
     min_nodes_per_slice: Annotated[int | None, typer.Option(help="Allow degraded running.")] = None,
     name: Annotated[str, typer.Option(help="A human name.")] = "",
     owner: Annotated[str | None, typer.Option(help="Owner (default: the actor).")] = None,
-    prefix: Prefix = "rackplane",
+    prefix: Prefix = None,
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    config_file: ConfigFile = None,
 ) -> None:
     """Submit a job."""
-    who = _actor(actor)
+    s = _settings(config_file, broker, prefix, actor)
+    who = _actor(s)
     try:
         spec = JobSpec(
             id=job,
@@ -154,57 +184,63 @@ def submit(
     except ValueError as err:
         fail(str(err))
     command = SubmitJob(id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=who, job=spec)
-    _send(broker, prefix, command, timeout, json_out)
+    _send(s, command, timeout, json_out)
 
 
 def cancel(
     job: Annotated[str, typer.Option(help="Job id.")],
     cluster: Cluster,
     reason: Annotated[str, typer.Option(help="Why.")] = "",
-    broker: Broker = "kafka://127.0.0.1:9092",
-    prefix: Prefix = "rackplane",
+    broker: Broker = None,
+    prefix: Prefix = None,
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    config_file: ConfigFile = None,
 ) -> None:
     """Cancel a job."""
+    s = _settings(config_file, broker, prefix, actor)
     command = CancelJob(
-        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(actor), job=job, reason=reason
+        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), job=job, reason=reason
     )
-    _send(broker, prefix, command, timeout, json_out)
+    _send(s, command, timeout, json_out)
 
 
 def cordon(
     node: Annotated[str, typer.Option(help="Node id.")],
     cluster: Cluster,
     reason: Annotated[str, typer.Option(help="Why.")] = "",
-    broker: Broker = "kafka://127.0.0.1:9092",
-    prefix: Prefix = "rackplane",
+    broker: Broker = None,
+    prefix: Prefix = None,
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    config_file: ConfigFile = None,
 ) -> None:
     """Keep new work off a node."""
+    s = _settings(config_file, broker, prefix, actor)
     command = CordonNode(
-        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(actor), node=node, reason=reason
+        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), node=node, reason=reason
     )
-    _send(broker, prefix, command, timeout, json_out)
+    _send(s, command, timeout, json_out)
 
 
 def uncordon(
     node: Annotated[str, typer.Option(help="Node id.")],
     cluster: Cluster,
-    broker: Broker = "kafka://127.0.0.1:9092",
-    prefix: Prefix = "rackplane",
+    broker: Broker = None,
+    prefix: Prefix = None,
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    config_file: ConfigFile = None,
 ) -> None:
     """Let a cordoned node take work again."""
+    s = _settings(config_file, broker, prefix, actor)
     command = UncordonNode(
-        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(actor), node=node
+        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), node=node
     )
-    _send(broker, prefix, command, timeout, json_out)
+    _send(s, command, timeout, json_out)
 
 
 def health(
@@ -212,19 +248,89 @@ def health(
     state: Annotated[Health, typer.Option(help="healthy, degraded or failed.")],
     cluster: Cluster,
     cause: Annotated[str, typer.Option(help="What was seen.")] = "",
-    broker: Broker = "kafka://127.0.0.1:9092",
-    prefix: Prefix = "rackplane",
+    broker: Broker = None,
+    prefix: Prefix = None,
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    config_file: ConfigFile = None,
 ) -> None:
     """Report a node's health (as an operator)."""
+    s = _settings(config_file, broker, prefix, actor)
     command = ReportNodeHealth(
         id=f"cli-{uuid.uuid4().hex}",
         cluster=cluster,
-        actor=_actor(actor),
+        actor=_actor(s),
         node=node,
         health=state,
         cause=cause,
     )
-    _send(broker, prefix, command, timeout, json_out)
+    _send(s, command, timeout, json_out)
+
+
+def repair(
+    node: Annotated[str, typer.Option(help="Node id.")],
+    cluster: Cluster,
+    note: Annotated[str, typer.Option(help="What was done (reseated, replaced, re-imaged).")] = "",
+    broker: Broker = None,
+    prefix: Prefix = None,
+    actor: Actor = None,
+    timeout: Timeout = 30.0,
+    json_out: Json = False,
+    config_file: ConfigFile = None,
+) -> None:
+    """Return a failed node to service after a repair (a health report cannot)."""
+    s = _settings(config_file, broker, prefix, actor)
+    command = RepairNode(
+        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), node=node, note=note
+    )
+    _send(s, command, timeout, json_out)
+
+
+def allow_interactive(
+    cluster: Cluster,
+    reason: Annotated[str, typer.Option(help="Why (recorded with who; required to allow).")] = "",
+    off: Annotated[bool, typer.Option("--off", help="Take the permission back.")] = False,
+    broker: Broker = None,
+    prefix: Prefix = None,
+    actor: Actor = None,
+    timeout: Timeout = 30.0,
+    json_out: Json = False,
+    config_file: ConfigFile = None,
+) -> None:
+    """Let Auto Defrag preempt interactive jobs (admin only), or stop it with --off."""
+    s = _settings(config_file, broker, prefix, actor)
+    current = _current_policy(s, cluster, timeout)
+    wanted = current.model_copy(update={"allow_interactive_preemption": not off})
+    command = ConfigurePolicy(
+        id=f"cli-{uuid.uuid4().hex}",
+        cluster=cluster,
+        actor=_actor(s),
+        settings=wanted,
+        reason=reason,
+    )
+    _send(s, command, timeout, json_out)
+
+
+def _current_policy(s: RackplaneSettings, cluster: str, timeout: float) -> PolicySettings:
+    """The cluster's policy settings now, folded from its event log."""
+    from rackplane.streams.eventlog import EventLog
+
+    config = s.stream_config()
+
+    async def read() -> PolicySettings:
+        log = EventLog(config.kafka_options(), config.topic("events"))
+        try:
+            rebuilt = await log.rebuild(cluster, timeout=timeout)
+        finally:
+            await log.stop()
+        if not rebuilt.state.registered:
+            fail(f"cluster {cluster!r} has no topology on {config.topic('events')}")
+        return rebuilt.state.settings
+
+    try:
+        return asyncio.run(read())
+    except TimeoutError:
+        fail(f"reading {config.topic('events')} on {s.broker} timed out")
+    except Exception as err:  # a broker that cannot be reached, said plainly
+        fail(f"cannot reach {s.broker}: {type(err).__name__}: {err}")

@@ -17,7 +17,7 @@ errors = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print an error for the user (no traceback) and exit."""
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise SystemExit(code)
 
 

@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 
+from rackplane.cli._config import ConfigFile, settings
 from rackplane.cli._render import errors, fail
+from rackplane.streams.config import StreamConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -50,58 +52,65 @@ def broker(
 
 
 def worker(
-    broker: Annotated[str, typer.Option(help="kafka://host:port of the cluster's brokers.")] = (
-        "kafka://127.0.0.1:9092"
-    ),
+    config_file: ConfigFile = None,
+    broker: Annotated[
+        str | None, typer.Option(help="kafka://host:port of the cluster's brokers.")
+    ] = None,
     exactly_once: Annotated[
-        bool, typer.Option("--exactly-once", help="Kafka transactions (Apache Kafka only).")
-    ] = False,
-    prefix: Annotated[str, typer.Option(help="Topic prefix.")] = "rackplane",
-    partitions: Annotated[int, typer.Option(help="Partitions of each topic.")] = 4,
-    app_id: Annotated[str, typer.Option(help="Consumer group / app id.")] = "rackplane",
-    web_port: Annotated[int, typer.Option(help="Port of the JSON views and /metrics.")] = 6066,
-    data_dir: Annotated[str, typer.Option(help="Worker data directory.")] = ".rackplane/worker",
-    audit_dir: Annotated[str | None, typer.Option(help="Write the audit trail here.")] = None,
-    policies: Annotated[str, typer.Option(help="Policy agents to run.")] = "spare_swap,tas,defrag",
-    gpu_manager: Annotated[bool, typer.Option(help="Run the GPU Manager (telemetry).")] = True,
-    projections: Annotated[bool, typer.Option(help="Run the projections and views.")] = True,
+        bool | None,
+        typer.Option("--exactly-once/--at-least-once", help="Kafka transactions (Apache Kafka)."),
+    ] = None,
+    prefix: Annotated[str | None, typer.Option(help="Topic prefix.")] = None,
+    partitions: Annotated[int | None, typer.Option(help="Partitions of each topic.")] = None,
+    replication: Annotated[int | None, typer.Option(help="Replication of new topics.")] = None,
+    app_id: Annotated[str | None, typer.Option(help="Consumer group / app id.")] = None,
+    web_bind: Annotated[str | None, typer.Option(help="Address of the views.")] = None,
+    web_port: Annotated[int | None, typer.Option(help="Port of the views and /metrics.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Worker data directory.")] = None,
+    audit_dir: Annotated[Path | None, typer.Option(help="Write the audit trail here.")] = None,
+    policies: Annotated[str | None, typer.Option(help="Policy agents to run.")] = None,
+    gpu_manager: Annotated[
+        bool | None, typer.Option("--gpu-manager/--no-gpu-manager", help="Run the GPU Manager.")
+    ] = None,
+    projections: Annotated[
+        bool | None, typer.Option("--projections/--no-projections", help="Run the projections.")
+    ] = None,
     max_message_bytes: Annotated[
-        int, typer.Option(help="Larger messages are rejected before decoding.")
-    ] = 1_048_576,
-    log_level: Annotated[str, typer.Option(help="Log level (quiet by default).")] = "warning",
+        int | None, typer.Option(help="Larger messages are rejected before decoding.")
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
 ) -> None:
-    """Run a pipeline worker: controller, policies, GPU Manager, projections."""
-    from rackplane.streams.app import POLICIES, run_worker
-    from rackplane.streams.config import StreamConfig
+    """Run a pipeline worker: controller, policies, GPU Manager, projections.
 
-    chosen = tuple(p for p in policies.split(",") if p)
-    unknown = [p for p in chosen if p not in POLICIES]
-    if unknown:
-        fail(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
-    config = StreamConfig(
+    Flags override RACKPLANE_* variables, which override the config file (docs/CONFIG.md).
+    """
+    from rackplane.streams.app import run_worker
+
+    s = settings(
+        config_file,
         broker=broker,
-        prefix=prefix,
-        partitions=partitions,
-        app_id=app_id,
         exactly_once=exactly_once,
+        topic_prefix=prefix,
+        partitions=partitions,
+        replication=replication,
+        app_id=app_id,
+        web_bind=web_bind,
         web_port=web_port,
-        datadir=data_dir,
+        data_dir=data_dir,
         audit_dir=audit_dir,
-        policies=chosen,
-        max_message_bytes=max_message_bytes,
+        policies=policies,
         gpu_manager=gpu_manager,
         projections=projections,
+        max_message_bytes=max_message_bytes,
+        log_level=log_level,
     )
-    try:
-        config.bootstrap  # noqa: B018  (validates the URL)
-    except ValueError as err:
-        fail(str(err))
-    if exactly_once:
-        _check_transactions(config.bootstrap)
-    run_worker(config, loglevel=log_level)
+    config = s.stream_config()
+    if config.exactly_once:
+        _check_transactions(config)
+    run_worker(config, loglevel=s.log_level)
 
 
-def _check_transactions(bootstrap: str) -> None:
+def _check_transactions(config: StreamConfig) -> None:
     """Fail with a clear message when the broker has no transactions (Tansu has none)."""
     import asyncio
     import uuid
@@ -110,7 +119,7 @@ def _check_transactions(bootstrap: str) -> None:
 
     async def probe() -> None:
         producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, transactional_id=f"rackplane-probe-{uuid.uuid4().hex}"
+            **config.kafka_options(), transactional_id=f"rackplane-probe-{uuid.uuid4().hex}"
         )
         try:
             await asyncio.wait_for(producer.start(), 30)
@@ -121,7 +130,7 @@ def _check_transactions(bootstrap: str) -> None:
         asyncio.run(probe())
     except Exception as err:  # any failure to open a transactional producer says the same
         fail(
-            f"--exactly-once needs Kafka transactions, which the broker at {bootstrap} does not "
-            f"offer ({type(err).__name__}); run without --exactly-once (at-least-once, "
+            f"--exactly-once needs Kafka transactions, which the broker at {config.bootstrap} "
+            f"does not offer ({type(err).__name__}); run without --exactly-once (at-least-once, "
             "deduplicated) or against Apache Kafka"
         )

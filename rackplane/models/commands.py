@@ -40,6 +40,8 @@ class ConfigurePolicy(CommandEnvelope):
 
     type: Literal["ConfigurePolicy"] = "ConfigurePolicy"
     settings: PolicySettings
+    reason: _Reason = ""
+    """Why; required when the change allows interactive preemption."""
 
 
 class SubmitJob(CommandEnvelope):

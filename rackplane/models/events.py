@@ -38,6 +38,7 @@ class PolicyConfigured(EventEnvelope):
 
     type: Literal["PolicyConfigured"] = "PolicyConfigured"
     settings: PolicySettings
+    reason: _Text = ""
 
 
 class JobSubmitted(EventEnvelope):
@@ -114,6 +115,9 @@ class JobPreempted(EventEnvelope):
     lost_gpu_hours: float = Field(ge=0)
     """GPU-hours since its last checkpoint plus the restart overhead."""
     interactive_allowed_by: str | None = None
+    """Who consented to preempting interactive work (set only for an interactive victim)."""
+    interactive_allowed_reason: _Text = ""
+    """Why they consented: the reason of their policy change or of their preemption."""
     explanation: _Text = ""
 
 

@@ -6,13 +6,14 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rackplane.models._ids import Actor
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE
 
 
 class PolicySettings(BaseModel):
     """Knobs of placement, recovery and defragmentation. Defaults follow DESIGN.md."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     slice_size: int = Field(default=DEFAULT_SLICE_SIZE, ge=1, le=1_024)
     """Default nodes per slice for jobs that do not say."""
@@ -34,3 +35,8 @@ class PolicySettings(BaseModel):
     """Time a preempted or migrated job needs to restart, counted in its cost."""
     allow_interactive_preemption: bool = False
     """Defrag may preempt interactive jobs. Off unless an operator turns it on."""
+    admins: tuple[Actor, ...] | None = None
+    """Actors allowed the admin commands: uncordon a node, change the policy settings (such as
+    allowing interactive preemption) or re-register the topology, preempt jobs or trigger a
+    defrag by hand, cancel another owner's job. None (the default) keeps no list and lets every
+    actor do them, for a single operator's test setup; set it in production."""

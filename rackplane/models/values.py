@@ -75,6 +75,8 @@ RejectionCode = Literal[
     "topology_conflict",
     "reserved",
     "not_borrowable",
+    "not_authorized",
+    "reason_required",
 ]
 
 

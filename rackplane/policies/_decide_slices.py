@@ -20,6 +20,7 @@ from rackplane.models import (
     SwapNode,
 )
 from rackplane.policies import _checks as chk
+from rackplane.policies._authorize import is_policy
 from rackplane.policies._checks import Emitter
 from rackplane.projections.state import ClusterState, restart_cost
 
@@ -111,8 +112,9 @@ def preempt_jobs(s: ClusterState, c: PreemptJobs, out: Emitter) -> None:
     if len(set(c.jobs)) != len(c.jobs):
         chk.reject("shape_mismatch", "a job is named twice")
     victims = [chk.holding_job(s, j) for j in c.jobs]
-    by_policy = c.actor.startswith("policy:")
+    by_policy = is_policy(c.actor)
     allowed_by = s.interactive_preemption_allowed_by if by_policy else c.actor
+    allowed_why = s.interactive_preemption_reason if by_policy else c.reason
     for job in victims:
         kind = job.spec.kind
         if c.cause == "failure":
@@ -129,6 +131,11 @@ def preempt_jobs(s: ClusterState, c: PreemptJobs, out: Emitter) -> None:
                 "not_preemptible",
                 f"job {job.id} is interactive: preempted only with an operator's explicit consent",
             )
+        elif kind is JobKind.INTERACTIVE and not by_policy and not c.reason.strip():
+            chk.reject(
+                "reason_required",
+                f"job {job.id} is interactive: preempting it by hand needs a reason",
+            )
     for job in victims:
         consent = job.spec.kind is JobKind.INTERACTIVE and c.cause in ("defrag", "operator")
         out.emit(
@@ -139,6 +146,7 @@ def preempt_jobs(s: ClusterState, c: PreemptJobs, out: Emitter) -> None:
             released=job.nodes,
             lost_gpu_hours=restart_cost(s, job, out.at),
             interactive_allowed_by=allowed_by if consent else None,
+            interactive_allowed_reason=allowed_why if consent else "",
             explanation=c.explanation,
         )
 

@@ -67,6 +67,7 @@ from rackplane.models import (
     TopologyRegistered,
     UncordonNode,
 )
+from rackplane.policies import _authorize as auth
 from rackplane.policies import _checks as chk
 from rackplane.policies import _decide_slices as slices
 from rackplane.policies._checks import Emitter
@@ -115,6 +116,7 @@ def decide(state: ClusterState, command: Command, *, now: datetime) -> list[Even
 
 
 def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
+    auth.check_authorized(s, c)
     match c:
         case RegisterTopology():
             _register_topology(s, c, out)
@@ -122,10 +124,8 @@ def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
             chk.reject(
                 "no_topology", f"cluster {s.cluster!r} has no topology yet: register one first"
             )
-        case ConfigurePolicy(settings=settings):
-            if settings == s.settings:
-                chk.ignore("the policy settings are already these")
-            out.emit(PolicyConfigured, settings=settings)
+        case ConfigurePolicy():
+            _configure_policy(s, c, out)
         case SubmitJob():
             _submit_job(s, c, out)
         case CancelJob(job=job, reason=reason):
@@ -195,6 +195,16 @@ def _register_topology(s: ClusterState, c: RegisterTopology, out: Emitter) -> No
                 "drain them before changing the topology",
             )
     out.emit(TopologyRegistered, topology=t, settings=settings)
+
+
+def _configure_policy(s: ClusterState, c: ConfigurePolicy, out: Emitter) -> None:
+    if c.settings == s.settings:
+        chk.ignore("the policy settings are already these")
+    was_on = s.settings.allow_interactive_preemption
+    turns_on = c.settings.allow_interactive_preemption and not was_on
+    if turns_on and not c.reason.strip():
+        chk.reject("reason_required", "allowing interactive preemption needs a reason: say why")
+    out.emit(PolicyConfigured, settings=c.settings, reason=c.reason)
 
 
 def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:

@@ -115,6 +115,7 @@ class _Builder:
         self.finished = state.finished
         self.reservations = state.reservations
         self.allowed_by = state.interactive_preemption_allowed_by
+        self.allowed_why = state.interactive_preemption_reason
 
     def node(self, node: NodeId) -> NodeState:
         return self.nodes[node]
@@ -195,6 +196,7 @@ class _Builder:
             finished=self.finished,
             reservations=self.reservations,
             interactive_preemption_allowed_by=self.allowed_by,
+            interactive_preemption_reason=self.allowed_why,
             seen=seen,
         )
 
@@ -225,6 +227,7 @@ def _topology_registered(b: _Builder, e: TopologyRegistered) -> None:
     b.index = index
     b.settings = e.settings
     b.allowed_by = e.actor if e.settings.allow_interactive_preemption else None
+    b.allowed_why = "set in the registered cluster file" if b.allowed_by else ""
     b.nodes = Map(nodes).mutate()
     b.racks = Map(racks).mutate()
 
@@ -234,8 +237,10 @@ def _policy_configured(b: _Builder, e: PolicyConfigured) -> None:
     b.settings = e.settings
     if not e.settings.allow_interactive_preemption:
         b.allowed_by = None
+        b.allowed_why = ""
     elif not was_on:
         b.allowed_by = e.actor
+        b.allowed_why = e.reason
 
 
 def _job_submitted(b: _Builder, e: JobSubmitted) -> None:

@@ -200,6 +200,8 @@ class ClusterState:
     """Racks held for a blocked job by a defrag plan; nothing else is placed there."""
     interactive_preemption_allowed_by: str | None = None
     """Who last switched on `allow_interactive_preemption` (None while it is off)."""
+    interactive_preemption_reason: str = ""
+    """Why they did (the reason of their `ConfigurePolicy`)."""
     seen: SeenCommands = field(default_factory=SeenCommands)
 
     @property

@@ -78,6 +78,7 @@ def create_app(
         datadir=config.datadir,
         producer_max_request_size=max(config.max_message_bytes * 2, 1_048_576),
         consumer_max_fetch_size=max(config.max_message_bytes * 4, 4_194_304),
+        broker_credentials=config.security.faust_credentials(),
     )
 
     def topic(name: str) -> faust.TopicT:
@@ -97,14 +98,16 @@ def create_app(
     replicas: list[Replicas] = []
 
     def replica() -> Replicas:
-        eventlog = EventLog(config.bootstrap, config.topic("events"), read_committed=exactly_once)
+        eventlog = EventLog(
+            config.kafka_options(), config.topic("events"), read_committed=exactly_once
+        )
         logs.append(eventlog)
         r = Replicas(eventlog)
         replicas.append(r)
         return r
 
     limit = config.max_message_bytes
-    shared = SharedProducer(config.bootstrap, max_request_size=max(limit * 2, 1_048_576))
+    shared = SharedProducer(config.kafka_options(), max_request_size=max(limit * 2, 1_048_576))
     events_out = sender_for(events, shared, exactly_once=exactly_once)
     commands_out = sender_for(commands, shared, exactly_once=exactly_once)
     rejected_out = sender_for(rejected, shared, exactly_once=exactly_once)
@@ -133,7 +136,7 @@ def create_app(
         )
         loops.append(
             TelemetryLoop(
-                config.bootstrap,
+                config.kafka_options(),
                 telemetry.get_topic_name(),
                 f"{config.app_id}.telemetry",
                 manager,

@@ -26,7 +26,7 @@ TOPICS = ("telemetry", "commands", "events", "rejected")
 
 async def ensure_topics(config: StreamConfig) -> None:
     """Create rackplane's topics with the configured partitions (existing ones are kept)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=config.bootstrap)
+    admin = AIOKafkaAdminClient(**config.kafka_options())
     await admin.start()
     try:
         for name in TOPICS:
@@ -49,9 +49,7 @@ class Client:
 
     def __init__(self, config: StreamConfig, *, linger_ms: int = 0) -> None:
         self.config = config
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=config.bootstrap, acks="all", linger_ms=linger_ms
-        )
+        self.producer = AIOKafkaProducer(**config.kafka_options(), acks="all", linger_ms=linger_ms)
 
     async def __aenter__(self) -> Client:
         await self.producer.start()
@@ -85,7 +83,7 @@ class Client:
         """A consumer of one topic without a group (start and stop it yourself)."""
         return AIOKafkaConsumer(
             self.config.topic(name),
-            bootstrap_servers=self.config.bootstrap,
+            **self.config.kafka_options(),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest" if from_start else "latest",

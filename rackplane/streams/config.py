@@ -1,8 +1,80 @@
-"""How a worker connects and what it runs. (Issue 9 turns this into the settings model.)"""
+"""How a worker connects and what it runs.
+
+`rackplane.config.RackplaneSettings` (defaults < file < env < flags) builds this for the worker
+and the client commands; tests and the embedded demo build it directly.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How clients authenticate to Kafka and encrypt: passed through to Faust and aiokafka."""
+
+    protocol: str = "PLAINTEXT"
+    """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    def ssl_context(self) -> Any:
+        """An `ssl.SSLContext` from the CA, certificate and key files (None without TLS)."""
+        if not self.uses_ssl:
+            return None
+        from aiokafka.helpers import create_ssl_context
+
+        context = create_ssl_context(
+            cafile=self.ssl_cafile,
+            certfile=self.ssl_certfile,
+            keyfile=self.ssl_keyfile,
+            password=self.ssl_key_password,
+        )
+        context.check_hostname = self.ssl_check_hostname
+        return context
+
+    def aiokafka_options(self) -> dict[str, Any]:
+        """Keyword arguments for aiokafka's producers, consumers and admin client."""
+        options: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.uses_ssl:
+            options["ssl_context"] = self.ssl_context()
+        if self.uses_sasl:
+            options |= {
+                "sasl_mechanism": self.sasl_mechanism,
+                "sasl_plain_username": self.sasl_username,
+                "sasl_plain_password": self.sasl_password,
+            }
+        return options
+
+    def faust_credentials(self) -> Any:
+        """Faust's `broker_credentials` (None for PLAINTEXT)."""
+        import faust
+
+        if self.uses_sasl:
+            return faust.SASLCredentials(
+                username=self.sasl_username,
+                password=self.sasl_password,
+                mechanism=self.sasl_mechanism,
+                ssl_context=self.ssl_context(),
+            )
+        if self.uses_ssl:
+            return faust.SSLCredentials(self.ssl_context())
+        return None
 
 
 @dataclass(frozen=True)
@@ -27,6 +99,7 @@ class StreamConfig:
     projections: bool = True
     audit_dir: str | None = None
     """Where the audit sink writes (JSON lines), when set."""
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @property
     def bootstrap(self) -> str:
@@ -40,6 +113,10 @@ class StreamConfig:
     def faust_broker(self) -> str:
         """The broker URL in Faust's form."""
         return ";".join(f"kafka://{h}" for h in self.bootstrap.split(","))
+
+    def kafka_options(self) -> dict[str, Any]:
+        """`bootstrap_servers` and the security options, for any aiokafka client."""
+        return {"bootstrap_servers": self.bootstrap, **self.security.aiokafka_options()}
 
     def topic(self, name: str) -> str:
         """Full name of one of rackplane's topics: telemetry, commands, events, rejected."""

@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
@@ -46,14 +47,14 @@ class Rebuilt:
 class EventLog:
     """Rebuilds cluster states from the events topic (one reader per agent)."""
 
-    def __init__(self, bootstrap: str, topic: str, *, read_committed: bool = False) -> None:
+    def __init__(self, kafka: dict[str, Any], topic: str, *, read_committed: bool = False) -> None:
         """Args:
-        bootstrap: the brokers.
+        kafka: connection options (`StreamConfig.kafka_options()`).
         topic: the events topic.
         read_committed: skip aborted transactions (exactly-once mode writes events in
             transactions).
         """
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.topic = topic
         self.read_committed = read_committed
         self._producer: AIOKafkaProducer | None = None
@@ -62,7 +63,7 @@ class EventLog:
     async def start(self) -> None:
         """Open the producer the markers go through."""
         if self._producer is None:
-            self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+            self._producer = AIOKafkaProducer(**self.kafka, acks="all")
             await self._producer.start()
 
     async def stop(self) -> None:
@@ -88,7 +89,7 @@ class EventLog:
         key = cluster.encode()
         tp = TopicPartition(self.topic, partition)
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+            **self.kafka,
             enable_auto_commit=False,
             group_id=None,
             fetch_max_wait_ms=50,

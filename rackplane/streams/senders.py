@@ -21,8 +21,12 @@ from aiokafka import AIOKafkaProducer
 class SharedProducer:
     """One aiokafka producer for a worker's agents, started on first use."""
 
-    def __init__(self, bootstrap: str, *, max_request_size: int = 1_048_576) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: dict[str, Any], *, max_request_size: int = 1_048_576) -> None:
+        """Args:
+        kafka: connection options (`StreamConfig.kafka_options()`).
+        max_request_size: the producer's largest request.
+        """
+        self.kafka = kafka
         self.max_request_size = max_request_size
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
@@ -32,7 +36,7 @@ class SharedProducer:
             async with self._lock:
                 if self._producer is None:
                     producer = AIOKafkaProducer(
-                        bootstrap_servers=self.bootstrap,
+                        **self.kafka,
                         acks="all",
                         max_request_size=self.max_request_size,
                     )

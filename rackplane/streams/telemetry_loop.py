@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
@@ -28,7 +29,7 @@ class TelemetryLoop:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: dict[str, Any],
         topic: str,
         group: str,
         manager: GpuManager,
@@ -37,7 +38,7 @@ class TelemetryLoop:
         max_records: int = 5_000,
         commit_interval: float = 0.5,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.topic = topic
         self.group = group
         self.manager = manager
@@ -61,7 +62,7 @@ class TelemetryLoop:
     async def _run(self) -> None:
         consumer = AIOKafkaConsumer(
             self.topic,
-            bootstrap_servers=self.bootstrap,
+            **self.kafka,
             group_id=self.group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",

@@ -28,7 +28,10 @@ CLI::
     python scripts/kafka/kafka_server.py serve          # run until Ctrl-C
 
 `run` puts `RACKPLANE_TEST_BROKER=kafka://127.0.0.1:PORT` into CMD's environment and exits
-with CMD's status. When Kafka cannot be fetched or started it exits with status 3 and says
+with CMD's status. The broker also listens with SASL_PLAINTEXT + SCRAM-SHA-512 (a user made
+at format time): `RACKPLANE_TEST_SASL_BROKER=kafka://127.0.0.1:SASL_PORT`, with
+`RACKPLANE_TEST_SASL_USERNAME` / `RACKPLANE_TEST_SASL_PASSWORD`, for the security tests.
+When Kafka cannot be fetched or started it exits with status 3 and says
 why (with the tail of the Maven output or broker log): it never skips.
 
 Standard library only; no rackplane imports (this must run before anything is installed).
@@ -58,6 +61,10 @@ BROKER_JAR = f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
 POM = Path(__file__).resolve().with_name("pom.xml")
 HOST = "127.0.0.1"
 ENV_VAR = "RACKPLANE_TEST_BROKER"
+SASL_ENV_VAR = "RACKPLANE_TEST_SASL_BROKER"
+SASL_MECHANISM = "SCRAM-SHA-512"
+SASL_USERNAME = "rackplane-test"
+SASL_PASSWORD = "rackplane-test-secret"  # a throwaway broker's throwaway user
 EXIT_KAFKA_FAILED = 3
 _TAIL_LINES = 40
 _PORT_RETRIES = 3
@@ -176,17 +183,23 @@ def new_cluster_id() -> str:
             return text
 
 
-def server_properties(port: int, controller_port: int, data_dir: Path) -> str:
-    """One combined broker+controller node on 127.0.0.1 (see STACK_NOTES.md)."""
+def server_properties(port: int, controller_port: int, sasl_port: int, data_dir: Path) -> str:
+    """One combined broker+controller node on 127.0.0.1 (see STACK_NOTES.md), with a second,
+    SASL_PLAINTEXT/SCRAM listener on `sasl_port`."""
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{HOST}:{controller_port}",
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"PLAINTEXT://{HOST}:{port},SASL_PLAINTEXT://{HOST}:{sasl_port},"
+        f"CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port},SASL_PLAINTEXT://{HOST}:{sasl_port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+        "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": SASL_MECHANISM,
+        f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
         "log.dirs": str(data_dir),
         "num.partitions": "1",
         "offsets.topic.replication.factor": "1",
@@ -280,6 +293,7 @@ class KafkaServer:
         self.stop_timeout = stop_timeout
         self.work_dir: Path | None = None
         self.port: int | None = None
+        self.sasl_port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -293,6 +307,13 @@ class KafkaServer:
     def url(self) -> str:
         """`kafka://127.0.0.1:PORT`."""
         return f"kafka://{self.bootstrap}"
+
+    @property
+    def sasl_url(self) -> str:
+        """`kafka://127.0.0.1:SASL_PORT` (SASL_PLAINTEXT, SCRAM-SHA-512)."""
+        if self.sasl_port is None:
+            raise KafkaError("Kafka is not running")
+        return f"kafka://{HOST}:{self.sasl_port}"
 
     @property
     def log_path(self) -> Path | None:
@@ -356,6 +377,7 @@ class KafkaServer:
                 _signal_group(process, signal.SIGKILL)
                 process.wait()
         self.port = None
+        self.sasl_port = None
         if self.work_dir is not None and not keep_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
             self.work_dir = None
@@ -365,11 +387,13 @@ class KafkaServer:
 
     def _start_once(self) -> None:
         self.work_dir = Path(tempfile.mkdtemp(prefix="rackplane-kafka-"))
-        port, controller_port = free_port(), free_port()
-        while controller_port == port:
-            controller_port = free_port()
+        port, controller_port, sasl_port = free_port(), free_port(), free_port()
+        while len({port, controller_port, sasl_port}) < 3:
+            controller_port, sasl_port = free_port(), free_port()
         properties = self.work_dir / "server.properties"
-        properties.write_text(server_properties(port, controller_port, self.work_dir / "data"))
+        properties.write_text(
+            server_properties(port, controller_port, sasl_port, self.work_dir / "data")
+        )
         log_path = self.work_dir / "kafka.log"
 
         fmt = subprocess.run(
@@ -383,6 +407,8 @@ class KafkaServer:
                 new_cluster_id(),
                 "-c",
                 str(properties),
+                "--add-scram",
+                f"{SASL_MECHANISM}=[name={SASL_USERNAME},password={SASL_PASSWORD}]",
             ],
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -414,6 +440,7 @@ class KafkaServer:
                 start_new_session=True,
             )
         self.port = port
+        self.sasl_port = sasl_port
         self._wait_ready(port, log_path)
 
     def _wait_ready(self, port: int, log_path: Path) -> None:
@@ -523,7 +550,15 @@ def main(argv: list[str] | None = None) -> int:
                     while server._process is not None and server._process.poll() is None:
                         time.sleep(0.5)
                 return 0
-            env = dict(os.environ, **{ENV_VAR: server.url})
+            env = dict(
+                os.environ,
+                **{
+                    ENV_VAR: server.url,
+                    SASL_ENV_VAR: server.sasl_url,
+                    "RACKPLANE_TEST_SASL_USERNAME": SASL_USERNAME,
+                    "RACKPLANE_TEST_SASL_PASSWORD": SASL_PASSWORD,
+                },
+            )
             status = _run_command(command, env)
             say("stopping Kafka")
             return status

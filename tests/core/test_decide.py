@@ -390,8 +390,14 @@ CASES = [
     c(
         "an interactive job is preempted with the operator's consent",
         [two_racks, lambda: submit("j1", 4, kind=JobKind.INTERACTIVE), lambda: place("j1", A4)],
-        lambda: cmd(PreemptJobs, jobs=("j1",), allow_interactive=True),
+        lambda: cmd(PreemptJobs, jobs=("j1",), allow_interactive=True, reason="hero run"),
         "JobPreempted",
+    ),
+    c(
+        "preempting an interactive job by hand without saying why is refused",
+        [two_racks, lambda: submit("j1", 4, kind=JobKind.INTERACTIVE), lambda: place("j1", A4)],
+        lambda: cmd(PreemptJobs, jobs=("j1",), allow_interactive=True),
+        code="reason_required",
     ),
     c(
         "preempting a queued job is refused",
@@ -556,10 +562,13 @@ def test_a_preempted_job_is_queued_again_with_its_place_in_line() -> None:
     assert h.state.racks["r01"].free == frozenset(nodes("r01", 1, 6))
 
 
-def test_preempting_an_interactive_job_records_who_allowed_it() -> None:
+def test_preempting_an_interactive_job_records_who_allowed_it_and_why() -> None:
     h = Harness().given(two_racks(), submit("j1", 4, kind=JobKind.INTERACTIVE), place("j1", A4))
-    (event,) = h.when(cmd(PreemptJobs, jobs=("j1",), allow_interactive=True, actor="alice"))
+    (event,) = h.when(
+        cmd(PreemptJobs, jobs=("j1",), allow_interactive=True, actor="alice", reason="hero run")
+    )
     assert event.interactive_allowed_by == "alice"  # type: ignore[union-attr]
+    assert event.interactive_allowed_reason == "hero run"  # type: ignore[union-attr]
 
 
 def test_a_rack_fault_names_the_jobs_in_the_rack_and_takes_its_nodes_out_of_service() -> None:

@@ -254,22 +254,22 @@ def test_interactive_jobs_are_not_preempted_without_the_operators_flag() -> None
     assert engine.state.jobs["hero"].blocked.reason == "topology"  # type: ignore[union-attr]
 
 
-def test_with_the_operators_flag_an_interactive_job_is_preempted_and_who_allowed_it_is_kept() -> (
-    None
-):
+def test_with_the_operators_flag_an_interactive_job_is_preempted_and_who_and_why_are_kept() -> None:
     engine, clock = protected(JobKind.INTERACTIVE)
     run(engine, clock, cmd(SubmitJob, job=job("hero", 16)))
     allow = engine.state.settings.model_copy(update={"allow_interactive_preemption": True})
-    events = run(engine, clock, cmd(ConfigurePolicy, settings=allow, actor="alice"))
+    why = "hero run due friday"
+    events = run(engine, clock, cmd(ConfigurePolicy, settings=allow, actor="alice", reason=why))
     (preempted,) = [e for e in events if isinstance(e, JobPreempted)]
     assert preempted.interactive_allowed_by == "alice"
+    assert preempted.interactive_allowed_reason == why
     assert engine.state.jobs["hero"].status.value == "placed"
 
 
 def test_inference_jobs_are_never_preempted_even_with_the_flag() -> None:
     engine, clock = protected(JobKind.INFERENCE)
     allow = engine.state.settings.model_copy(update={"allow_interactive_preemption": True})
-    run(engine, clock, cmd(ConfigurePolicy, settings=allow, actor="alice"))
+    run(engine, clock, cmd(ConfigurePolicy, settings=allow, actor="alice", reason="hero run"))
     events = run(engine, clock, cmd(SubmitJob, job=job("hero", 16)))
     assert not [e for e in events if isinstance(e, DefragPlanned | JobPreempted)]
     assert engine.state.jobs["hero"].status.value == "queued"

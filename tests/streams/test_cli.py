@@ -74,6 +74,10 @@ def test_an_operator_registers_submits_cordons_and_reports_from_the_command_line
     assert code == 0
     assert out["events"][0]["type"] == "NodeFailed"  # type: ignore[index]
 
+    code, out = run(pipeline, "repair", "--cluster", c, "--node", "r3-n1", "--note", "reseated")
+    assert code == 0, out
+    assert out["events"][0]["type"] == "NodeRepaired"  # type: ignore[index]
+
     code, out = run(pipeline, "cancel", "--cluster", c, "--job", "nope")
     assert code == 1  # rejected: printed, and the exit status says so
     assert out["events"][0]["code"] == "unknown_job"  # type: ignore[index]
@@ -87,3 +91,30 @@ def test_a_bad_cluster_file_is_refused_before_anything_is_sent(
     result = runner.invoke(app, ["register", str(bad), "--broker", pipeline.config.broker])
     assert result.exit_code == 2
     assert "bad.yaml" in result.stderr
+
+
+def test_admin_commands_from_the_command_line_check_the_admin_list_from_the_environment(
+    pipeline: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = new_cluster()
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(dump_cluster_file(small_topology(c)))
+    monkeypatch.setenv("RACKPLANE_POLICY__ADMINS", '["operator:alice"]')
+    code, out = run(pipeline, "register", str(cluster_file), "--actor", "operator:alice")
+    assert code == 0, out
+    (registered,) = out["events"]  # type: ignore[index]
+    assert registered["settings"]["admins"] == ["operator:alice"]
+
+    code, out = run(pipeline, "allow-interactive", "--cluster", c, "--reason", "mine")
+    assert code == 1, out  # the default actor, operator:$USER, is no admin
+    (rejected,) = out["events"]  # type: ignore[index]
+    assert rejected["code"] == "not_authorized"
+
+    monkeypatch.setenv("RACKPLANE_ACTOR", "operator:alice")
+    code, out = run(pipeline, "allow-interactive", "--cluster", c, "--reason", "hero run")
+    assert code == 0, out
+    (configured,) = out["events"]  # type: ignore[index]
+    assert configured["type"] == "PolicyConfigured"
+    assert configured["settings"]["allow_interactive_preemption"] is True
+    assert configured["settings"]["admins"] == ["operator:alice"]  # the rest is kept
+    assert (configured["actor"], configured["reason"]) == ("operator:alice", "hero run")

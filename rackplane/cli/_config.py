@@ -1,0 +1,74 @@
+"""`rackplane config show | doc`, and the one way commands read their settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from rackplane.cli._render import console, fail, print_json
+from rackplane.config import ConfigError, Loaded, RackplaneSettings, load_settings, masked
+
+config_app = typer.Typer(
+    help="The effective configuration (defaults < file < RACKPLANE_* env < flags).",
+    no_args_is_help=True,
+)
+
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", help="YAML config file (default: $RACKPLANE_CONFIG).", show_default=False
+    ),
+]
+
+
+def load(config_file: Path | None, **flags: Any) -> Loaded:
+    """The effective settings for a command; a bad layer exits with its reason (status 2)."""
+    try:
+        return load_settings(config_file, flags)
+    except ConfigError as err:
+        fail(str(err))
+
+
+def settings(config_file: Path | None, **flags: Any) -> RackplaneSettings:
+    """`load(...).settings`."""
+    return load(config_file, **flags).settings
+
+
+@config_app.command()
+def show(
+    config_file: ConfigFile = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the effective configuration, where each value came from, secrets masked."""
+    loaded = load(config_file)
+    values = masked(loaded.settings)
+    if json_out:
+        print_json({"file": str(loaded.file) if loaded.file else None, "settings": values})
+        return
+    where = f" (file: {loaded.file})" if loaded.file else " (no config file)"
+    t = Table(title=f"Effective configuration{where}", title_justify="left", header_style="bold")
+    for col in ("setting", "value", "from"):
+        t.add_column(col)
+    for name, value in values.items():
+        shown = "-" if value is None else _text(value)
+        t.add_row(name, shown, loaded.origins[name])
+    console.print(t)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_text(v)}" for k, v in value.items()) or "(no overrides)"
+    return str(value)
+
+
+@config_app.command()
+def doc() -> None:
+    """Print docs/CONFIG.md (generated from the settings model)."""
+    from rackplane.config import render_config_doc
+
+    typer.echo(render_config_doc(), nl=False)

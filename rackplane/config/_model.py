@@ -1,0 +1,222 @@
+"""The settings model: every knob of a worker and of the client commands, in one place.
+
+Theory of operation: one pydantic-settings model, `RackplaneSettings`, read from four layers,
+each overriding the one before it: the defaults written here < an optional YAML config file
+(`--config FILE` or `RACKPLANE_CONFIG`) < environment variables `RACKPLANE_<NAME>` (nested
+policy fields as `RACKPLANE_POLICY__<NAME>`) < command-line flags. Secrets are `SecretStr`:
+they never print (`rackplane config show` masks them) and reach Kafka clients only through
+`stream_config()`.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from rackplane.models import PolicySettings
+from rackplane.streams.config import KafkaSecurity, StreamConfig
+
+POLICY_AGENTS = ("spare_swap", "tas", "defrag")
+"""The policy agents a worker can run (kept equal to `rackplane.streams.app.POLICIES`)."""
+
+ENV_PREFIX = "RACKPLANE_"
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+
+FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("rackplane_file_values", default=None)
+"""The config file's values while `load_settings` builds a model (the file layer's source)."""
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The config file layer: values `load_settings` read from YAML."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole layer
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(FILE_VALUES.get() or {})
+
+
+class RackplaneSettings(BaseSettings):
+    """How rackplane connects to Kafka, where it keeps data, and the policy overrides."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+        use_attribute_docstrings=True,
+    )
+
+    # -- Kafka ------------------------------------------------------------------------------
+    broker: str = "kafka://127.0.0.1:9092"
+    """The Kafka cluster: `kafka://host:port[,host:port]`."""
+    topic_prefix: str = Field(default="rackplane", pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    """Topics are `<prefix>.telemetry`, `.commands`, `.events`, `.rejected`."""
+    partitions: int = Field(default=4, ge=1, le=10_000)
+    """Partitions of each topic when rackplane creates it; bounds the useful worker count."""
+    replication: int = Field(default=1, ge=1, le=16)
+    """Replication factor of topics rackplane creates (3 on a production cluster)."""
+    kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
+    """PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS)."""
+    kafka_sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    """SASL mechanism: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN."""
+    kafka_sasl_username: str | None = None
+    """SASL user (with a SASL_* protocol)."""
+    kafka_sasl_password: SecretStr | None = None
+    """SASL password (secret: pass it as RACKPLANE_KAFKA_SASL_PASSWORD, never in a file)."""
+    kafka_ssl_cafile: Path | None = None
+    """CA bundle that signs the brokers' certificates (default: the system's)."""
+    kafka_ssl_certfile: Path | None = None
+    """Client certificate for mutual TLS."""
+    kafka_ssl_keyfile: Path | None = None
+    """Private key of the client certificate."""
+    kafka_ssl_key_password: SecretStr | None = None
+    """Password of the private key (secret)."""
+    kafka_ssl_check_hostname: bool = True
+    """Check that the broker's certificate names the host connected to."""
+
+    # -- worker -----------------------------------------------------------------------------
+    app_id: str = Field(default="rackplane", pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    """Consumer group of the workers: workers with the same id share the partitions."""
+    exactly_once: bool = False
+    """Kafka transactions (Apache Kafka only; the embedded broker has none)."""
+    policies: Annotated[tuple[str, ...], NoDecode] = POLICY_AGENTS
+    """Policy agents this worker runs (comma-separated in env and flags)."""
+    gpu_manager: bool = True
+    """Run the GPU Manager (reads telemetry, reports node health)."""
+    projections: bool = True
+    """Run the projections and their web views."""
+    web_bind: str = "127.0.0.1"
+    """Address of the JSON views and /metrics (0.0.0.0 in a container)."""
+    web_port: int = Field(default=6066, ge=1, le=65_535)
+    """Port of the JSON views and /metrics."""
+    data_dir: Path = Path(".rackplane/worker")
+    """Worker data directory (Faust's tables)."""
+    audit_dir: Path | None = None
+    """Write the audit trail (JSON lines) here, when set."""
+    max_message_bytes: int = Field(default=1_048_576, ge=1_024, le=64 * 1_048_576)
+    """Larger messages are rejected at the edge before decoding (to the rejected topic)."""
+    session_timeout: float = Field(default=6.0, gt=0, le=300)
+    """Consumer-group session timeout, seconds."""
+    log_level: LogLevel = "warning"
+    """Log level (quiet by default)."""
+
+    # -- history and clients ----------------------------------------------------------------
+    history_db: Path = Path(".rackplane/history.duckdb")
+    """DuckDB file of the audit history (history and replay commands)."""
+    actor: str | None = Field(default=None, min_length=1, max_length=128)
+    """Who the client commands act as (default `operator:$USER`); admin commands check it."""
+    cluster_file: Path | None = None
+    """Cluster file `rackplane register` sends when no file is named."""
+    policy: PolicySettings = PolicySettings()
+    """Policy overrides applied over the cluster file's `policy:` at `register` (only the
+    fields set here, e.g. RACKPLANE_POLICY__ADMINS='["operator:alice"]')."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # First wins: flags (init) < env < file < the defaults written above.
+        return (init_settings, env_settings, _FileSource(settings_cls))
+
+    @field_validator("broker")
+    @classmethod
+    def _kafka_url(cls, value: str) -> str:
+        try:
+            StreamConfig(broker=value).bootstrap  # noqa: B018  (validates the URL)
+        except ValueError:
+            raise ValueError(f"{value!r}: expected kafka://host:port[,host:port]") from None
+        return value
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        return value
+
+    @field_validator("policies")
+    @classmethod
+    def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [p for p in value if p not in POLICY_AGENTS]
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICY_AGENTS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> RackplaneSettings:
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                f"kafka_security_protocol {self.kafka_security_protocol} needs "
+                "kafka_sasl_username and kafka_sasl_password (RACKPLANE_KAFKA_SASL_PASSWORD)"
+            )
+        return self
+
+    def security(self) -> KafkaSecurity:
+        """The Kafka security options, secrets revealed, for the clients only."""
+
+        def reveal(secret: SecretStr | None) -> str | None:
+            return secret.get_secret_value() if secret is not None else None
+
+        def path(p: Path | None) -> str | None:
+            return str(p) if p is not None else None
+
+        return KafkaSecurity(
+            protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=reveal(self.kafka_sasl_password),
+            ssl_cafile=path(self.kafka_ssl_cafile),
+            ssl_certfile=path(self.kafka_ssl_certfile),
+            ssl_keyfile=path(self.kafka_ssl_keyfile),
+            ssl_key_password=reveal(self.kafka_ssl_key_password),
+            ssl_check_hostname=self.kafka_ssl_check_hostname,
+        )
+
+    def stream_config(self) -> StreamConfig:
+        """What the worker and the clients run with."""
+        return StreamConfig(
+            broker=self.broker,
+            prefix=self.topic_prefix,
+            partitions=self.partitions,
+            replication=self.replication,
+            app_id=self.app_id,
+            exactly_once=self.exactly_once,
+            web_port=self.web_port,
+            web_bind=self.web_bind,
+            datadir=str(self.data_dir),
+            max_message_bytes=self.max_message_bytes,
+            session_timeout=self.session_timeout,
+            policies=self.policies,
+            gpu_manager=self.gpu_manager,
+            projections=self.projections,
+            audit_dir=str(self.audit_dir) if self.audit_dir is not None else None,
+            security=self.security(),
+        )
+
+    def policy_over(self, base: PolicySettings) -> PolicySettings:
+        """`base` (a cluster file's policy) with the policy fields set in this configuration."""
+        changes = {k: getattr(self.policy, k) for k in self.policy.model_fields_set}
+        return PolicySettings.model_validate(base.model_dump() | changes)

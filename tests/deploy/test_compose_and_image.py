@@ -1,0 +1,132 @@
+"""deploy/compose and the Dockerfile, checked statically (no Docker engine runs here)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from rackplane.cli import app
+from rackplane.config import load_settings
+from rackplane.importers import load_cluster_file
+from tests.deploy._files import (
+    COMPOSE,
+    PENDING_COMMANDS,
+    ROOT,
+    compose,
+    compose_errors,
+    pod_specs,
+)
+
+
+def cli_commands() -> set[str]:
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    names |= {g.name for g in app.registered_groups if g.name}
+    return names
+
+
+def test_the_compose_file_follows_the_compose_specification() -> None:
+    assert compose_errors(compose()) == []
+
+
+def test_the_schema_check_catches_a_misspelled_key() -> None:
+    broken = copy.deepcopy(compose())
+    broken["services"]["worker"]["comand"] = broken["services"]["worker"].pop("command")
+    errors = compose_errors(broken)
+    assert errors and "comand" in " ".join(errors)
+
+
+def test_compose_runs_a_three_broker_kraft_kafka_cluster() -> None:
+    services = compose()["services"]
+    brokers = {n: s for n, s in services.items() if n.startswith("kafka-")}
+    assert len(brokers) == 3
+    ids = sorted(s["environment"]["KAFKA_NODE_ID"] for s in brokers.values())
+    assert ids == ["1", "2", "3"]
+    for name, s in brokers.items():
+        env = s["environment"]
+        assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft: no ZooKeeper
+        voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+        assert sorted(v.split("@")[0] for v in voters) == ids
+        assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{name}:9092"
+        assert int(env["KAFKA_MIN_INSYNC_REPLICAS"]) == 2
+
+
+def test_compose_workers_exporter_and_console_run_rackplane_commands() -> None:
+    services = compose()["services"]
+    known = cli_commands() | set(PENDING_COMMANDS)
+    for name in ("worker", "exporter", "register", "console"):
+        command = services[name]["command"]
+        assert command[0] in known, f"{name}: rackplane has no command {command[0]!r}"
+    assert services["worker"]["deploy"]["replicas"] >= 2
+    exporter = services["exporter"]["command"]
+    assert exporter[:3] == ["exporter", "dcgm", "--scrape"]
+    assert re.fullmatch(r"http://\S+:9400/metrics", exporter[3])
+    console = services["console"]
+    assert console["command"][0] == "tui"
+    assert console["profiles"] == ["tools"]  # one-off: `docker compose run --rm console`
+    assert console["stdin_open"] and console["tty"]
+
+
+def test_the_compose_config_and_cluster_files_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = compose()
+    files = {name: COMPOSE.parent / c["file"] for name, c in doc["configs"].items()}
+    for path in files.values():
+        assert path.is_file(), path
+    for name in list(os.environ):
+        if name.startswith("RACKPLANE_"):
+            monkeypatch.delenv(name)
+    settings = load_settings(files["rackplane-config"]).settings
+    assert settings.replication == 3
+    assert len(settings.stream_config().bootstrap.split(",")) == 3
+    cluster = load_cluster_file(files["cluster-file"])
+    assert cluster.policy.admins, "a deployed cluster keeps an admin list"
+    assert settings.cluster_file == Path("/etc/rackplane/cluster.yaml")
+
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def stages() -> list[list[str]]:
+    """The Dockerfile's instructions per stage (continuation lines joined)."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE)
+    out: list[list[str]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.upper().startswith("FROM "):
+            out.append([])
+        if out:
+            out[-1].append(line)
+    return out
+
+
+def test_the_image_is_built_in_stages_and_runs_as_an_unprivileged_user() -> None:
+    build, runtime = stages()
+    assert build[0].endswith(" AS build") and runtime[0].endswith(" AS runtime")
+    user = [i.split()[1] for i in runtime if i.startswith("USER ")]
+    assert user and user[-1].split(":")[0] not in ("0", "root")
+    assert any(i.startswith("COPY --from=build ") for i in runtime)
+    assert not any(i.startswith(("RUN pip", "RUN apt")) for i in runtime), "no installs at runtime"
+    assert '["rackplane"]' in " ".join(runtime)
+
+
+def test_the_image_installs_runtime_dependencies_only_from_files_that_exist() -> None:
+    build = stages()[0]
+    assert not any("[dev]" in i for i in build)
+    for instruction in (i for i in build if i.startswith("COPY ")):
+        *sources, _dest = instruction.split()[1:]
+        for source in sources:
+            assert (ROOT / source).exists(), source
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"tests", ".venv", ".git"} <= set(ignored)
+
+
+def test_the_pods_run_as_the_images_user() -> None:
+    uid = re.search(r"^USER (\d+)", DOCKERFILE, re.M)
+    assert uid is not None
+    for name, spec in pod_specs():
+        assert spec["securityContext"]["runAsUser"] == int(uid.group(1)), name

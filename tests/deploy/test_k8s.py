@@ -1,0 +1,139 @@
+"""deploy/k8s/base, checked statically: `kustomize build` emulated, Kubernetes schemas offline.
+
+kustomize itself is not run (no binary here): the test checks what it would need, i.e. every
+listed resource exists, nothing unlisted lies beside them, every resource validates against the
+Kubernetes OpenAPI schemas (strict: unknown fields fail) shipped in the kubernetes-validate
+wheel, and the references between resources (selectors, ConfigMaps, Secrets) hold.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from rackplane.config import load_settings
+from rackplane.importers import parse_cluster_file
+from tests.deploy._files import (
+    K8S_BASE,
+    PENDING_COMMANDS,
+    k8s_resources,
+    kustomization,
+    of_kind,
+    pod_specs,
+    selects,
+)
+from tests.deploy.test_compose_and_image import cli_commands
+
+VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "labels", "images", "resources"}
+SECRET = "rackplane-kafka"
+
+
+def test_the_kustomization_lists_every_resource_file_and_only_those() -> None:
+    k = kustomization()
+    assert (k["apiVersion"], k["kind"]) == ("kustomize.config.k8s.io/v1beta1", "Kustomization")
+    assert set(k) <= KUSTOMIZATION_KEYS, set(k) - KUSTOMIZATION_KEYS
+    listed = set(k["resources"])
+    present = {p.name for p in K8S_BASE.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == present
+    assert {i["name"] for i in k["images"]} == {
+        c["image"] for _, s in pod_specs() for c in s["containers"]
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_resource_validates_against_the_kubernetes_schemas(version: str) -> None:
+    kinds = []
+    for name, resource in k8s_resources():
+        try:
+            kubernetes_validate.validate(resource, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{name}: {resource['kind']} {err.path}: {err.message}")
+        kinds.append(resource["kind"])
+    want = {"Deployment", "DaemonSet", "ConfigMap", "NetworkPolicy", "PodDisruptionBudget"}
+    assert want <= set(kinds)
+
+
+def test_the_schema_check_catches_a_misplaced_field() -> None:
+    (deployment,) = of_kind("Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, VERSIONS[-1], strict=True)
+
+
+def test_selectors_pick_the_pods_of_their_workload() -> None:
+    workloads = of_kind("Deployment") + of_kind("DaemonSet")
+    pod_labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads]
+    for w in workloads:
+        assert selects(
+            w["spec"]["selector"]["matchLabels"], w["spec"]["template"]["metadata"]["labels"]
+        )
+    (pdb,) = of_kind("PodDisruptionBudget")
+    (service,) = of_kind("Service")
+    for selector in (pdb["spec"]["selector"]["matchLabels"], service["spec"]["selector"]):
+        assert [selects(selector, labels) for labels in pod_labels] == [True, False]
+    for policy in of_kind("NetworkPolicy"):
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        assert any(selects(selector, labels) for labels in pod_labels)
+
+
+def test_the_exporter_runs_on_gpu_nodes_and_scrapes_dcgm_on_its_node() -> None:
+    (daemonset,) = of_kind("DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    (container,) = spec["containers"]
+    assert container["args"][:4] == [
+        "exporter",
+        "dcgm",
+        "--scrape",
+        "http://$(NODE_IP):9400/metrics",
+    ]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+
+
+def test_pods_are_locked_down_and_take_kafka_credentials_from_the_secret() -> None:
+    known = cli_commands() | set(PENDING_COMMANDS)
+    for name, spec in pod_specs():
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        for c in spec["containers"]:
+            assert c["args"][0] in known, f"{name}: rackplane has no command {c['args'][0]!r}"
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            env = {e["name"]: e for e in c["env"]}
+            password = env["RACKPLANE_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+            assert password == {"name": SECRET, "key": "password"}
+            assert "value" not in env["RACKPLANE_KAFKA_SASL_PASSWORD"]
+
+
+def test_mounted_config_maps_exist_and_hold_a_valid_config_and_cluster_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    maps = {m["metadata"]["name"]: m for m in of_kind("ConfigMap")}
+    for name, spec in pod_specs():
+        for volume in spec["volumes"]:
+            if "configMap" in volume:
+                assert volume["configMap"]["name"] in maps, name
+    data = maps["rackplane-config"]["data"]
+    cluster = parse_cluster_file(data["cluster.yaml"], source="configmap.yaml:cluster.yaml")
+    assert cluster.policy.admins
+    config = tmp_path / "rackplane.yaml"
+    config.write_text(data["rackplane.yaml"])
+    for var in list(os.environ):
+        if var.startswith("RACKPLANE_"):
+            monkeypatch.delenv(var)
+    # What the Secret provides through secretKeyRef:
+    monkeypatch.setenv("RACKPLANE_KAFKA_SASL_USERNAME", "rackplane")
+    monkeypatch.setenv("RACKPLANE_KAFKA_SASL_PASSWORD", "from-the-secret")
+    settings = load_settings(config).settings
+    assert settings.kafka_security_protocol == "SASL_SSL"
+    assert settings.replication == 3
+    (deployment,) = of_kind("Deployment")
+    assert deployment["spec"]["replicas"] <= settings.partitions
+    assert yaml.safe_load(data["rackplane.yaml"])  # a mapping, not a string
