@@ -172,7 +172,10 @@ def options(
         if room >= size:
             out.append(Option(0.0, r, ()))
             continue
-        freeable = {v: n for v, n in in_rack.get(r, {}).items() if v not in taken}
+        per = in_rack.get(r)
+        if not per or room + sum(per.values()) < size:
+            continue  # even every victim of the rack would not make room
+        freeable = {v: n for v, n in per.items() if v not in taken}
         for subset in minimal_subsets(freeable, size - room, cost):
             out.append(Option(sum(cost[v] for v in subset), r, subset))
     return out
@@ -196,12 +199,22 @@ def minimal_subsets(
                 break
         singles = [(v,) for v in ids if freeable[v] >= need]
         return [tuple(greedy), *singles]
-    out = []
-    for k in range(1, len(ids) + 1):
-        for subset in itertools.combinations(ids, k):
-            freed = sum(freeable[v] for v in subset)
-            if freed >= need and freed - min(freeable[v] for v in subset) < need:
-                out.append(subset)
-                if len(out) >= MAX_SUBSETS_PER_RACK:
-                    return out
-    return out
+    # Depth-first over the ids in cost order: a set that reaches `need` is not extended (its
+    # supersets are not minimal); a branch that cannot reach `need` is cut.
+    sizes = [freeable[v] for v in ids]
+    after = list(itertools.accumulate(reversed(sizes), initial=0))[::-1]
+    found: list[tuple[int, ...]] = []
+
+    def walk(start: int, chosen: tuple[int, ...], got: int, smallest: int) -> None:
+        for i in range(start, len(ids)):
+            g = got + sizes[i]
+            low = min(smallest, sizes[i])
+            if g >= need:
+                if g - low < need:
+                    found.append((*chosen, i))
+            elif g + after[i + 1] >= need:
+                walk(i + 1, (*chosen, i), g, low)
+
+    walk(0, (), 0, after[0] + 1)
+    found.sort(key=lambda t: (len(t), t))  # the order of itertools.combinations by size
+    return [tuple(ids[i] for i in t) for t in found[:MAX_SUBSETS_PER_RACK]]
