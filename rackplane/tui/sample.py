@@ -74,8 +74,9 @@ class _Story:
         return events
 
     def start_placed(self) -> None:
-        for job in [j for j in self.engine.state.jobs.values() if j.status.value == "placed"]:
-            self.send(StartJob, actor="runtime", job=job.id)
+        jobs = self.engine.state.jobs.values()
+        for job in sorted(j.id for j in jobs if j.status.value == "placed"):
+            self.send(StartJob, actor="runtime", job=job)
 
     def health(self, node: str, health: Health, cause: str) -> None:
         self.send(ReportNodeHealth, actor="gpu_manager", node=node, health=health, cause=cause)
@@ -121,7 +122,7 @@ def sample_events(racks: int = 16, seed: int = 7, *, defrag: bool = True) -> lis
     for _ in range(2):
         s.health(flapper, Health.FAILED, "XID 79: GPU fell off the bus")
         s.send(RepairNode, actor="operator:demo", node=flapper, note="reseated")
-    small = [j for j in s.engine.state.jobs if j.startswith("small-")]
+    small = sorted(j for j in s.engine.state.jobs if j.startswith("small-"))
     for job in rng.sample(small, k=len(small) // 2):
         if s.engine.state.status_of(job) is not None and job in s.engine.state.jobs:
             s.send(CompleteJob, actor="runtime", job=job)
