@@ -137,8 +137,8 @@ def _rejected(
         Alert(
             "command rejected",
             "warning",
-            f"{e.command_type} {e.command_id}",  # type: ignore[union-attr]
-            f"{e.code}: {e.reason}",  # type: ignore[union-attr]
+            f"{e.command_type} {e.command_id}",
+            f"{e.code}: {e.reason}",
             e.at,
         )
         for e in reversed(recent)

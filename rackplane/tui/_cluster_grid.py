@@ -8,6 +8,7 @@ which is what keeps a refresh after one event cheap on 1,024 racks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -76,8 +77,10 @@ class ClusterGrid(ScrollView, can_focus=True):
 
     # -- data ---------------------------------------------------------------------------------
 
-    def show(self, state: ClusterState) -> None:
-        """Put `state` on screen, re-rendering only the racks that changed."""
+    def show(self, state: ClusterState, touched: Iterable[str] | None = None) -> None:
+        """Put `state` on screen, re-rendering only the racks that changed: those in `touched`
+        when given (the racks the events since the shown state touched), else found by a diff
+        of the whole state."""
         old = self.state
         self.state = state
         if state.index is None:
@@ -94,7 +97,12 @@ class ClusterGrid(ScrollView, can_focus=True):
             self._relayout()
             self.refresh()
             return
-        changed = self._changed(old, state)
+        if old.settings is not state.settings:
+            changed = set(racks)  # spares per rack: every rack's roles may change
+        elif touched is not None:
+            changed = set(touched).intersection(self.rows)
+        else:
+            changed = self._changed(old, state)
         for rack in changed:
             self.rows[rack] = render_rack(state, rack, self.layout_)
             self.refresh_line(self._line_of(self.racks.index(rack)))
@@ -102,22 +110,25 @@ class ClusterGrid(ScrollView, can_focus=True):
 
     @staticmethod
     def _changed(old: ClusterState, new: ClusterState) -> set[str]:
+        """Racks with a node, rack state or reservation that differs (identity first: a state
+        folded from the other shares every unchanged object)."""
         changed = set()
         if old.nodes is not new.nodes:
             old_nodes = old.nodes
             for n, ns in new.nodes.items():
-                if old_nodes.get(n) is not ns:
+                o = old_nodes.get(n)
+                if o is not ns and o != ns:  # states folded apart share no objects
                     changed.add(ns.rack)
         if old.racks is not new.racks:
             old_racks = old.racks
-            changed.update(r for r, rs in new.racks.items() if old_racks.get(r) is not rs)
+            changed.update(
+                r for r, rs in new.racks.items() if (q := old_racks.get(r)) is not rs and q != rs
+            )
         if old.reservations is not new.reservations:
-            changed.update(old.reservations.keys() ^ new.reservations.keys())
-            changed.update(r for r, j in new.reservations.items() if old.reservations.get(r) != j)
-        if old.jobs is not new.jobs:
-            # A job's borrowing flag colours its cells: only placements change it, and those
-            # change nodes too; nothing more to look at here.
-            pass
+            held = {*old.reservations.keys(), *new.reservations.keys()}
+            changed.update(r for r in held if old.reservations.get(r) != new.reservations.get(r))
+        # A job's borrowing flag colours its cells: only placements change it, and those change
+        # nodes too; nothing more to look at.
         return changed
 
     def totals(self) -> Totals:

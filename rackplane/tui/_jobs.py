@@ -39,7 +39,7 @@ def lost_gpu_hours(events: Sequence[Event]) -> dict[str, float]:
     lost: dict[str, float] = defaultdict(float)
     for e in events:
         if e.type in ("JobPreempted", "SliceMigrated"):
-            lost[e.job] += e.lost_gpu_hours  # type: ignore[union-attr]
+            lost[e.job] += e.lost_gpu_hours
     return lost
 
 

@@ -74,7 +74,7 @@ class JobsPane(Vertical):
         words = self.query_one(Input).value.lower().split()
         rows = [r for r in self.rows if r.matches(words)]
         col = self.sort_column
-        rows.sort(key=lambda r: (r.keys[col], r.job), reverse=self.reverse)  # type: ignore[arg-type,return-value]
+        rows.sort(key=lambda r: (r.keys[col], r.job), reverse=self.reverse)
         table.clear()
         for r in rows:
             table.add_row(*r.cells, key=r.job)

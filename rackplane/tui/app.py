@@ -16,18 +16,19 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
-from rackplane.models import Command, Event, JobKind, JobStatus, Rejection
+from rackplane.models import Command, Event, JobStatus, Rejection
 from rackplane.projections import ClusterState
-from rackplane.tui import _commands as cmd
+from rackplane.tui._actions import ActionsApp
 from rackplane.tui._alerts import AlertSettings, alerts
 from rackplane.tui._cells import LEGEND
 from rackplane.tui._cluster_grid import ClusterGrid
+from rackplane.tui._describe import racks_touched
 from rackplane.tui._detail import rack_detail
-from rackplane.tui._dialogs import ConfirmScreen, DetailScreen, GotoScreen, SubmitScreen
+from rackplane.tui._dialogs import DetailScreen, GotoScreen
 from rackplane.tui._jobs import job_rows, lost_gpu_hours
 from rackplane.tui._tables import EventsPane, FilterChanged, JobsPane, fill_alerts
 from rackplane.tui._timeline import Timeline
@@ -36,9 +37,11 @@ from rackplane.tui.sources import Source, SourceError
 REFRESH_S = 0.25
 """Live events are batched and shown at 4 Hz."""
 STEP_TIME = timedelta(minutes=10)
+TOUCHED_MAX = 256
+"""Up to this many new events, the racks to redraw come from the events, not a full diff."""
 
 
-class ConsoleApp(App[None]):
+class ConsoleApp(ActionsApp):
     """`rackplane tui`."""
 
     CSS_PATH = "console.tcss"
@@ -110,7 +113,7 @@ class ConsoleApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.set_interval(REFRESH_S, self._flush)
+        self.set_interval(REFRESH_S, self._flush_pending)
         self._run_source()
         self.query_one(ClusterGrid).focus()
 
@@ -132,23 +135,18 @@ class ConsoleApp(App[None]):
             self.position = len(self.timeline)
         self._dirty = True
         if first:
-            self._flush()
+            self._flush_pending()
 
     def _rejections_arrived(self, rejections: list[Rejection]) -> None:
         self.rejections.extend(rejections)
         self._dirty = True
 
-    def _flush(self) -> None:
+    def _flush_pending(self) -> None:
         if self._dirty:
             self._dirty = False
             self.refresh_views()
 
     # -- showing ------------------------------------------------------------------------------
-
-    @property
-    def state(self) -> ClusterState | None:
-        """The state at the shown position."""
-        return self.timeline.state_at(self.position) if self.timeline else None
 
     @property
     def shown_events(self) -> list[Event]:
@@ -161,18 +159,33 @@ class ConsoleApp(App[None]):
         if state is None:
             return
         grid = self.query_one(ClusterGrid)
-        grid.show(state)
         events = self.shown_events
+        grid.show(state, self._touched(grid.state, state, events))
         found = alerts(state, events, self.rejections, self.alert_settings)
         self.query_one("#summary", Static).update(_summary(state, grid, len(found)))
         fill_alerts(self.query_one("#alerts-table", DataTable), found)
         tabs = self.query_one(TabbedContent)
-        tabs.get_tab("alerts").label = f"Alerts ({len(found)})"  # type: ignore[assignment]
+        tabs.get_tab("alerts").label = f"Alerts ({len(found)})"
         if tabs.active == "jobs":
             self.query_one(JobsPane).show(job_rows(state, lost_gpu_hours(events)))
         elif tabs.active == "events":
             self.query_one(EventsPane).show(events, state)
         self._show_status(state)
+
+    @staticmethod
+    def _touched(
+        shown: ClusterState | None, state: ClusterState, events: list[Event]
+    ) -> set[str] | None:
+        """The racks the events since the shown state touched (a short step forward), or None:
+        the grid then diffs the whole state."""
+        if shown is None or shown.cluster != state.cluster or shown.seq > state.seq:
+            return None
+        step = state.seq - shown.seq
+        if step == 0:
+            return set()
+        if step > TOUCHED_MAX or len(events) < step or events[-1].seq != state.seq:
+            return None
+        return racks_touched(events[len(events) - step :], shown, state)
 
     def _show_status(self, state: ClusterState) -> None:
         total = len(self.timeline) if self.timeline else 0
@@ -275,190 +288,6 @@ class ConsoleApp(App[None]):
             return
         body = rack_detail(state, message.rack, self.shown_events, message.node)
         self.push_screen(DetailScreen(f"rack {message.rack} (node {message.node})", body))
-
-    # -- actions ------------------------------------------------------------------------------
-
-    def _actionable(self) -> ClusterState | None:
-        """The state actions apply to, or None (and say why) when acting is not possible."""
-        state = self.state
-        if not self.source.live:
-            self.notify(f"{self.source.description} is read-only", severity="error")
-            return None
-        if self.timeline is None or state is None or not state.registered:
-            self.notify("no cluster registered yet", severity="error")
-            return None
-        if self.position != len(self.timeline):
-            self.notify("viewing the past: press l to come back to now first", severity="error")
-            return None
-        return state
-
-    def _node(self) -> str | None:
-        selected = self.query_one(ClusterGrid).selected
-        return selected[1] if selected else None
-
-    def _job(self) -> str | None:
-        return self.query_one(JobsPane).selected_job
-
-    def _confirm(
-        self, title: str, body: str, make: Callable[[str], list[Command]], *, reason: bool = False
-    ) -> None:
-        def done(answer: str | None) -> None:
-            if answer is not None:
-                self.send_commands(make(answer))
-
-        self.push_screen(ConfirmScreen(title, body, reason=reason), done)
-
-    def action_cordon(self) -> None:
-        state, node = self._actionable(), self._node()
-        if state is None or node is None:
-            return
-        c = state.cluster
-        self._confirm(
-            f"Cordon {node}?",
-            f"No new work goes to {node} (rack {state.nodes[node].rack}); "
-            "what runs there keeps running.",
-            lambda why: [cmd.cordon(c, self.actor, self.new_id, node, why)],
-            reason=True,
-        )
-
-    def action_uncordon(self) -> None:
-        state, node = self._actionable(), self._node()
-        if state is None or node is None:
-            return
-        if not state.nodes[node].cordoned:
-            self.notify(f"{node} is not cordoned", severity="warning")
-            return
-        c = state.cluster
-        self._confirm(
-            f"Uncordon {node}?",
-            f"{node} may take new work again.",
-            lambda _: [cmd.uncordon(c, self.actor, self.new_id, node)],
-        )
-
-    def action_cancel_job(self) -> None:
-        state, job = self._actionable(), self._job()
-        if state is None:
-            return
-        if job is None or job not in state.jobs:
-            self.notify("select a job in the jobs view (2) first", severity="error")
-            return
-        c = state.cluster
-        spec = state.jobs[job].spec
-        self._confirm(
-            f"Cancel {job}?",
-            f"{job} ({spec.nodes} nodes, {spec.kind.value}) stops for good and frees its nodes.",
-            lambda why: [cmd.cancel(c, self.actor, self.new_id, job, why)],
-            reason=True,
-        )
-
-    def action_submit(self) -> None:
-        state = self._actionable()
-        if state is None:
-            return
-        c = state.cluster
-
-        def build(f: dict[str, Any]) -> Command:
-            return cmd.submit(
-                c,
-                self.actor,
-                self.new_id,
-                job=f["job"].strip(),
-                nodes=_int(f["nodes"], "nodes"),
-                slice_size=_int(f["slice_size"], "slice size") if f["slice_size"].strip() else None,
-                kind=JobKind(f["kind"]),
-                priority=_int(f["priority"], "priority"),
-                checkpoint_minutes=_float(f["checkpoint_minutes"]),
-                name=f["name"].strip(),
-            )
-
-        def done(command: Command | None) -> None:
-            if command is not None:
-                self.send_commands([command])
-
-        self.push_screen(SubmitScreen(build), done)
-
-    def action_allow_interactive(self) -> None:
-        if self._actionable() is None:
-            return
-
-        def done(answer: str | None) -> None:
-            if answer is not None:
-                self.interactive_once = True
-                self.refresh_views()
-
-        self.push_screen(
-            ConfirmScreen(
-                "Allow interactive preemption for the next defrag?",
-                "The next defrag you trigger (d) may preempt interactive jobs (dev "
-                f"environments); the preemption carries your consent as {self.actor}. It "
-                "applies to that one defrag only.",
-            ),
-            done,
-        )
-
-    def action_defrag(self) -> None:
-        state, job = self._actionable(), self._job()
-        if state is None:
-            return
-        if job is None or job not in state.jobs or state.jobs[job].status is not JobStatus.QUEUED:
-            self.notify(
-                "select a queued (blocked) job in the jobs view (2) first", severity="error"
-            )
-            return
-        interactive = self.interactive_once
-        plan = cmd.defrag_plan(
-            state, job, now=max(self.clock(), state.at or self.clock()), actor=self.actor,
-            allow_interactive=interactive,
-        )  # fmt: skip
-        if plan is None:
-            self.notify(f"no defrag plan frees rack-shaped room for {job}", severity="warning")
-            return
-        commands = cmd.defrag_commands(state, plan, self.actor, self.new_id)
-
-        def make(_: str) -> list[Command]:
-            self.interactive_once = False if interactive else self.interactive_once
-            return commands
-
-        victims = ", ".join(plan.victims) or "none"
-        self._confirm(
-            f"Defrag for {job}?",
-            f"Preempt {victims} ({plan.cost:.2f} GPU-h) and place {job} on "
-            f"{', '.join(plan.target_racks)}.\n{plan.explanation}",
-            make,
-        )
-
-    def send_commands(self, commands: list[Command]) -> None:
-        """Send commands through the source, in order (a worker: the UI stays live)."""
-        self._send(commands)
-
-    @work(group="send")
-    async def _send(self, commands: list[Command]) -> None:
-        for command in commands:
-            try:
-                await self.source.send(command)
-            except SourceError as err:
-                self.notify(str(err), title=command.type, severity="error", timeout=10)
-                return
-            self.sent.append(command)
-            self.notify(f"sent {command.type} {command.id}", timeout=4)
-        self.refresh_views()
-
-
-def _int(text: str, what: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError(f"{what}: {text!r} is not a whole number") from None
-
-
-def _float(text: str) -> float | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"checkpoint minutes: {text!r} is not a number") from None
 
 
 def _legend() -> Text:

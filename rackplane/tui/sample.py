@@ -105,33 +105,32 @@ def sample_events(racks: int = 16, seed: int = 7, *, defrag: bool = True) -> lis
     for spec in specs:
         s.send(SubmitJob, actor=f"user:{spec.owner}", job=spec)
     s.start_placed()
-    state = s.engine.state
-    hero = state.jobs["hero"].slices[0]
     for k, cause in enumerate(("XID 79: GPU fell off the bus", "XID 48: double-bit ECC error",
                                "XID 94: contained ECC error")):  # fmt: skip
         node = s.engine.state.jobs["hero"].slices[0].nodes[5 + k]
         s.health(node, Health.FAILED, cause)
     s.start_placed()
-    other = sorted(n.id for n in s.engine.state.nodes.values() if (n.job or "").startswith("mid-"))[
-        3
-    ]
-    s.health(other, Health.DEGRADED, "XID 63: ECC page retirement pending")
-    free = sorted(n for r in s.engine.state.racks.values() for n in r.free)
-    s.send(CordonNode, node=free[0], reason="fan noise: ticket 4711")
-    flapper = free[-1]
-    for _ in range(2):
-        s.health(flapper, Health.FAILED, "XID 79: GPU fell off the bus")
-        s.send(RepairNode, actor="operator:demo", node=flapper, note="reseated")
     small = sorted(j for j in s.engine.state.jobs if j.startswith("small-"))
     for job in rng.sample(small, k=len(small) // 2):
-        if s.engine.state.status_of(job) is not None and job in s.engine.state.jobs:
+        if job in s.engine.state.jobs:
             s.send(CompleteJob, actor="runtime", job=job)
     s.send(SubmitJob, actor="user:research", job=JobSpec(id="late-16", nodes=16, priority=6,
                                                          checkpoint_interval=ckpt))  # fmt: skip
     s.send(SubmitJob, actor="user:intern", job=JobSpec(id="wait-32", nodes=32, priority=0))
     s.start_placed()
+    # The last hour: a degraded node, cordons, a rack that spends both spares, a flapping node,
+    # an operator's typo; then a quiet quarter of an hour.
+    mids = sorted(n.id for n in s.engine.state.nodes.values() if (n.job or "").startswith("mid-"))
+    s.health(mids[3], Health.DEGRADED, "XID 63: ECC page retirement pending")
+    free = sorted(n for r in s.engine.state.racks.values() for n in r.free)
+    s.send(CordonNode, node=free[0], reason="fan noise: ticket 4711")
+    for node, cause in ((mids[-2], "XID 79: GPU fell off the bus"), (mids[-3], "XID 48: ECC")):
+        s.health(node, Health.FAILED, cause)
+    flapper = free[-1]
+    for _ in range(2):
+        s.health(flapper, Health.FAILED, "XID 79: GPU fell off the bus")
+        s.send(RepairNode, actor="operator:demo", node=flapper, note="reseated")
     s.send(CancelJob, job="no-such-job", reason="typo")
     s.now += timedelta(minutes=15)
     s.send(CordonNode, node=free[1], reason="firmware update")
-    del hero
     return s.events

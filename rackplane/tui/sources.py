@@ -194,7 +194,7 @@ def history_source(path: Path, *, cluster: str | None = None) -> HistorySource:
     if not path.exists():
         raise SourceError(f"{path}: no such file or folder")
     try:  # lazily: only --db needs the history package
-        from rackplane.history import open_history
+        from rackplane.history import open_history  # type: ignore[import-not-found,unused-ignore]
     except ImportError as err:
         raise SourceError(f"reading a history needs rackplane.history: {err}") from err
 
