@@ -1,11 +1,11 @@
 """A seeded story for the console without a broker (`rackplane tui --demo`, tests, benchmarks).
 
 The in-process engine runs the production policies over a synthetic cluster in virtual time:
-a hero run and smaller jobs are placed; nodes of the hero run fail (hot swaps, then a slice
-migrates once the rack is out of spares); a node degrades, one is cordoned, one flaps; jobs
-finish so free nodes scatter; a 16-node job is blocked by topology and Auto Defrag preempts
-for it; a low-priority 16-node job stays blocked; an operator's bad command is rejected.
-Same seed, same events.
+a hero run and smaller jobs are placed; nodes of the hero run fail (hot swaps, then the rack is
+out of spares); jobs finish so free nodes scatter; a 16-node job arrives (Auto Defrag makes room
+when needed), a low-priority 32-node job stays blocked by topology and a huge one by capacity;
+in the last hour a node degrades, two are cordoned, a rack spends both spares on swaps, a node
+flaps, and an operator's bad command is rejected. Same seed, same events (any hash seed).
 """
 
 from __future__ import annotations
@@ -117,6 +117,8 @@ def sample_events(racks: int = 16, seed: int = 7, *, defrag: bool = True) -> lis
     s.send(SubmitJob, actor="user:research", job=JobSpec(id="late-16", nodes=16, priority=6,
                                                          checkpoint_interval=ckpt))  # fmt: skip
     s.send(SubmitJob, actor="user:intern", job=JobSpec(id="wait-32", nodes=32, priority=0))
+    big = JobSpec(id="wait-big", nodes=16 * (racks // 2), priority=-1, checkpoint_interval=ckpt)
+    s.send(SubmitJob, actor="user:llm-team", job=big)
     s.start_placed()
     # The last hour: a degraded node, cordons, a rack that spends both spares, a flapping node,
     # an operator's typo; then a quiet quarter of an hour.
