@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import DataTable, TabbedContent
 
 from rackplane.tui._cluster_grid import ClusterGrid
@@ -55,17 +56,37 @@ async def test_clicking_a_node_cell_selects_it(make_app) -> None:  # type: ignor
         assert isinstance(app.screen, DetailScreen)
 
 
-async def test_128_racks_of_18_fit_a_200x60_terminal_and_1024_scroll() -> None:
+def _registered(racks: int) -> list:  # type: ignore[type-arg]
+    """Just the registration of `racks` racks of 18 nodes (layout needs nothing more)."""
+    from rackplane.engine import Engine
+    from rackplane.models import RegisterTopology
+    from rackplane.tui.sample import sample_topology
+    from tests.tui.conftest import NOW
+
+    topology = sample_topology(racks)
+    engine = Engine(topology.cluster, clock=lambda: NOW)
+    return engine.handle(RegisterTopology(id="r", cluster=topology.cluster, actor="op",
+                                          topology=topology))  # fmt: skip
+
+
+@pytest.mark.parametrize(("racks", "scrolls"), [(128, False), (1024, True)])
+async def test_128_racks_of_18_fit_a_200x60_terminal_and_1024_scroll(
+    racks: int, scrolls: bool
+) -> None:
     from rackplane.tui import MemorySource
 
-    app = console(MemorySource(story(128)))
+    app = console(MemorySource(_registered(racks)))
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()
         grid = app.query_one(ClusterGrid)
-        assert len(grid.racks) == 128
-        assert grid.lines <= grid.size.height
+        assert len(grid.racks) == racks and grid.columns == 3
         assert grid.virtual_size.width <= grid.size.width
-        assert grid.max_scroll_y == 0
+        assert (grid.lines > grid.size.height) is scrolls
+        assert (grid.max_scroll_y > 0) is scrolls
+        if scrolls:  # the cursor keeps the selected rack in view
+            grid.select(grid.racks[racks // 3 - 1])
+            await pilot.pause()
+            assert grid.scroll_offset.y > 0
 
 
 async def test_the_scrubber_steps_jumps_and_comes_back_to_now(make_app) -> None:  # type: ignore[no-untyped-def]
