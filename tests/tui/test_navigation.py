@@ -7,7 +7,7 @@ from textual.widgets import DataTable, TabbedContent
 
 from rackplane.tui._cluster_grid import ClusterGrid
 from rackplane.tui._dialogs import DetailScreen, GotoScreen
-from rackplane.tui.app import ConsoleApp
+from rackplane.tui.app import STEP_TIME, ConsoleApp
 from tests.tui.conftest import SIZE, console, story
 
 
@@ -161,3 +161,47 @@ async def test_live_events_reach_the_views(make_app) -> None:  # type: ignore[no
         await pilot.pause(0.4)
         assert app.position == 60
         assert app.query_one(ClusterGrid).state.seq == 60  # type: ignore[union-attr]
+
+
+async def test_jobs_sort_by_a_header_and_filter_by_words(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("2")
+        await pilot.pause()
+        table = app.query_one("#jobs-table", DataTable)
+        pane = app.query_one("#jobs-pane")
+        pane.sort_by(4)  # nodes, largest first
+        await pilot.pause()
+        nodes = [int(table.get_row_at(i)[4]) for i in range(table.row_count)]
+        assert nodes == sorted(nodes, reverse=True)
+        pane.sort_by(4)  # again: reversed
+        await pilot.pause()
+        nodes = [int(table.get_row_at(i)[4]) for i in range(table.row_count)]
+        assert nodes == sorted(nodes)
+        app.query_one("#jobs-filter").focus()
+        await pilot.press(*"blocked topology")
+        await pilot.pause()
+        assert [table.get_row_at(i)[0] for i in range(table.row_count)] == ["wait-32"]
+
+
+async def test_the_scrubber_travels_by_time(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        t = app.timeline
+        at = t.events[60].at
+        await pilot.press("g")
+        await pilot.pause()
+        await pilot.press(*at.isoformat(), "enter")
+        await pilot.pause()
+        assert app.position == t.position_at(at)
+        assert app.state.at == at
+        await pilot.press("right_curly_bracket")
+        await pilot.pause()
+        assert app.state.at <= at + STEP_TIME < t.events[app.position].at
+        await pilot.press("g")
+        await pilot.pause()
+        await pilot.press(*"yesterday", "enter")
+        await pilot.pause()
+        assert app.position == t.position_at(at + STEP_TIME)  # a bad answer changes nothing
