@@ -129,17 +129,24 @@ class LiveSource:
     async def run(self, on_events: OnEvents, on_rejections: OnRejections) -> None:
         from rackplane.streams.client import Client
 
-        if not self.cluster:
-            self.cluster = await self.first_cluster()
-        async with Client(self.config) as client:
-            self._client = client
-            try:
-                await asyncio.gather(
-                    self._tail(client, "events", on_events),
-                    self._tail(client, "rejected", on_rejections),
-                )
-            finally:
-                self._client = None
+        try:
+            if not self.cluster:
+                self.cluster = await self.first_cluster()
+            async with Client(self.config) as client:
+                self._client = client
+                try:
+                    await asyncio.gather(
+                        self._tail(client, "events", on_events),
+                        self._tail(client, "rejected", on_rejections),
+                    )
+                finally:
+                    self._client = None
+        except (SourceError, asyncio.CancelledError):
+            raise
+        except Exception as err:  # the client's own error, said plainly
+            raise SourceError(
+                f"cannot reach {self.description}: {type(err).__name__}: {err}"
+            ) from err
 
     async def _tail(self, client: object, topic: str, deliver: Callable[[list], None]) -> None:  # type: ignore[type-arg]
         from rackplane.models import REJECTIONS

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from textual.widgets import DataTable, TabbedContent
+from textual.widgets import DataTable, Input, TabbedContent
 
 from rackplane.tui._cluster_grid import ClusterGrid
 from rackplane.tui._dialogs import DetailScreen, GotoScreen
@@ -140,8 +140,7 @@ async def test_the_events_filter_keeps_only_matching_events(make_app) -> None:  
         await pilot.pause()
         await pilot.press("3")
         await pilot.pause()
-        app.query_one("#events-filter").focus()
-        await pilot.press(*"type=NodeFailed")
+        app.query_one("#events-filter", Input).value = "type=NodeFailed"
         await pilot.pause()
         table = app.query_one("#events-table", DataTable)
         want = sum(1 for e in app.timeline.events if e.type == "NodeFailed")  # type: ignore[union-attr]
@@ -179,8 +178,7 @@ async def test_jobs_sort_by_a_header_and_filter_by_words(make_app) -> None:  # t
         await pilot.pause()
         nodes = [int(table.get_row_at(i)[4]) for i in range(table.row_count)]
         assert nodes == sorted(nodes)
-        app.query_one("#jobs-filter").focus()
-        await pilot.press(*"blocked topology")
+        app.query_one("#jobs-filter", Input).value = "blocked topology"
         await pilot.pause()
         assert [table.get_row_at(i)[0] for i in range(table.row_count)] == ["wait-32"]
 

@@ -87,3 +87,26 @@ def test_the_cli_says_clearly_what_is_wrong(tmp_path: Path) -> None:
     assert small.exit_code == 2 and "at least 8 racks" in small.output
     bad = runner.invoke(cli, ["tui", "--broker", "http://x"])
     assert bad.exit_code == 2 and "expected kafka://" in bad.output
+
+
+async def test_a_broker_out_of_reach_is_said_plainly() -> None:
+    import socket
+
+    from rackplane.tui import LiveSource
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    source = LiveSource(f"kafka://127.0.0.1:{port}", cluster="c1")
+    with pytest.raises(SourceError, match="cannot reach"):
+        await source.run(lambda _: None, lambda _: None)
+    app = console(source)  # type: ignore[arg-type]
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.1)
+            if app._notifications:
+                break
+        assert any("cannot reach" in n.message for n in app._notifications)
+        await pilot.press("c")
+        await pilot.pause()
+        assert any("no cluster registered yet" in n.message for n in app._notifications)
