@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rackplane.cli._render import fail
+from rackplane.cli._render import errors, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -44,13 +44,16 @@ def tui(
     source: Source
     try:
         if db is not None:
-            source = history_source(db, cluster=cluster)
+            with errors.status(f"loading the history in {db} ..."):
+                source = history_source(db, cluster=cluster)
         elif demo is not None:
             if demo < 8:
                 fail("--demo needs at least 8 racks")
             from rackplane.tui.sample import sample_events
 
-            source = MemorySource(sample_events(demo), description=f"demo ({demo} racks)")
+            with errors.status(f"running the demo story on {demo} racks ..."):
+                events = sample_events(demo)
+            source = MemorySource(events, description=f"demo ({demo} racks)")
         else:
             source = LiveSource(broker, cluster=cluster, prefix=prefix)
     except SourceError as err:
