@@ -34,8 +34,12 @@ def up(
     seed: Annotated[int, typer.Option(help="Seed of the demo load.")] = 7,
     jobs_per_minute: Annotated[float, typer.Option(help="Job arrival rate.")] = 240.0,
     prefix: Annotated[str, typer.Option(help="Topic prefix.")] = "rackplane",
+    actor: Annotated[
+        str | None, typer.Option(help="Who acts in the console (default operator:$USER).")
+    ] = None,
 ) -> None:
-    """Start the embedded broker (unless --broker), a worker and the demo load; show progress."""
+    """Start the embedded broker (unless --broker), a worker and the demo load; on a terminal,
+    open the operator console on it (quitting the console stops everything)."""
     from rackplane.importers import TopologyFileError, load_cluster_file
     from rackplane.streams import EmbeddedBroker, EmbeddedBrokerError
     from rackplane.streams.config import StreamConfig
@@ -69,7 +73,9 @@ def up(
             fail(str(err))
         say(f"[green]worker ready[/] (views and /metrics on http://127.0.0.1:{worker.web_port})")
         settings = LoadSettings(seed=seed, jobs_per_minute=jobs_per_minute)
-        summary = asyncio.run(_drive(config, cf.topology, cf.policy, settings, duration, headless))
+        summary = asyncio.run(
+            _drive(config, cf.topology, cf.policy, settings, duration, headless, actor)
+        )
         summary["broker"] = broker
     finally:
         if worker is not None:
@@ -84,7 +90,13 @@ def up(
 
 
 async def _drive(
-    config: Any, topology: Any, policy: Any, settings: Any, duration: float | None, headless: bool
+    config: Any,
+    topology: Any,
+    policy: Any,
+    settings: Any,
+    duration: float | None,
+    headless: bool,
+    actor: str | None = None,
 ) -> dict[str, Any]:
     from rackplane.streams.demo_load import DemoLoad
 
@@ -98,6 +110,8 @@ async def _drive(
     runner = asyncio.create_task(load.run(stop))
     if headless or not console.is_terminal:
         await runner
+    elif console_wanted():
+        await _console(config, topology.cluster, actor, stop, runner)
     else:
         with Live(_table("rackplane up (Ctrl-C stops)", load.stats.live()), console=console,
                   refresh_per_second=4) as live:  # fmt: skip
@@ -107,6 +121,31 @@ async def _drive(
                     await asyncio.wait_for(asyncio.shield(runner), 0.25)
         await runner
     return load.stats.summary()
+
+
+def console_wanted() -> bool:
+    """The console opens on a terminal unless RACKPLANE_UP_CONSOLE=0 (the Rich live table)."""
+    import os
+
+    return os.environ.get("RACKPLANE_UP_CONSOLE", "1") != "0"
+
+
+async def _console(
+    config: Any, cluster: str, actor: str | None, stop: asyncio.Event, runner: asyncio.Task[Any]
+) -> None:
+    """Run the operator console on the pipeline until it quits (or the load stops)."""
+    from rackplane.cli._tui import operator
+    from rackplane.tui import ConsoleApp, LiveSource
+
+    source = LiveSource(config.broker, cluster=cluster, prefix=config.prefix)
+    app = ConsoleApp(source, actor=operator(actor))
+    ui = asyncio.create_task(app.run_async())
+    await asyncio.wait({ui, runner}, return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    if not ui.done():
+        app.exit()
+        await ui
+    await runner
 
 
 def _table(title: str, data: dict[str, Any]) -> Table:

@@ -16,7 +16,7 @@ COMPOSE = DEPLOY / "compose" / "compose.yaml"
 K8S_BASE = DEPLOY / "k8s" / "base"
 COMPOSE_SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "compose-spec.json"
 
-PENDING_COMMANDS = {"exporter": "issue 7 (exporters)", "tui": "issue 8 (console)"}
+PENDING_COMMANDS = {"exporter": "issue 7 (exporters)"}
 """Commands the deploy files run that other branches add; drop each once merged."""
 
 

@@ -1,0 +1,61 @@
+"""`rackplane tui`: the operator console, live over a broker, on a recorded history, or a demo."""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rackplane.cli._render import errors, fail
+
+
+def register(app: typer.Typer) -> None:
+    """Add `tui` to the CLI."""
+    app.command()(tui)
+
+
+def operator(actor: str | None) -> str:
+    """The actor of the console's commands (as the CLI's: operator:$USER by default)."""
+    return actor or f"operator:{getpass.getuser()}"
+
+
+def tui(
+    broker: Annotated[
+        str, typer.Option(help="kafka://host:port of the running system (live).")
+    ] = "kafka://127.0.0.1:9092",
+    db: Annotated[
+        Path | None, typer.Option(help="A recorded history (DuckDB file or Parquet folder).")
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="Cluster id (default: the only or first one).")
+    ] = None,
+    demo: Annotated[
+        int | None, typer.Option(help="No broker: a seeded in-process story on this many racks.")
+    ] = None,
+    prefix: Annotated[str, typer.Option(help="Topic prefix.")] = "rackplane",
+    actor: Annotated[str | None, typer.Option(help="Who acts (default operator:$USER).")] = None,
+) -> None:
+    """Open the operator console: cluster, jobs, events, alerts; actions; time travel (--db)."""
+    from rackplane.tui import ConsoleApp, LiveSource, MemorySource, Source, SourceError
+    from rackplane.tui.sources import history_source
+
+    source: Source
+    try:
+        if db is not None:
+            with errors.status(f"loading the history in {db} ..."):
+                source = history_source(db, cluster=cluster)
+        elif demo is not None:
+            if demo < 8:
+                fail("--demo needs at least 8 racks")
+            from rackplane.tui.sample import sample_events
+
+            with errors.status(f"running the demo story on {demo} racks ..."):
+                events = sample_events(demo)
+            source = MemorySource(events, description=f"demo ({demo} racks)")
+        else:
+            source = LiveSource(broker, cluster=cluster, prefix=prefix)
+    except SourceError as err:
+        fail(str(err))
+    ConsoleApp(source, actor=operator(actor)).run()

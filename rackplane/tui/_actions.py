@@ -1,0 +1,230 @@
+"""The console's actions: each asks for confirmation, then sends the command the CLI would send.
+
+A base class of `ConsoleApp` (it holds the key bindings' handlers); the commands themselves are
+built in `_commands`, and everything is refused, with the reason, from a read-only history or
+while the console shows the past.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from textual import work
+from textual.app import App
+
+from rackplane.models import Command, JobKind, JobStatus
+from rackplane.projections import ClusterState
+from rackplane.tui import _commands as cmd
+from rackplane.tui._cluster_grid import ClusterGrid
+from rackplane.tui._dialogs import ConfirmScreen, SubmitScreen
+from rackplane.tui._tables import JobsPane
+from rackplane.tui._timeline import Timeline
+from rackplane.tui.sources import Source, SourceError
+
+
+class ActionsApp(App[None]):
+    """Cordon, uncordon, submit, cancel, defrag, allow interactive preemption once."""
+
+    source: Source
+    actor: str
+    new_id: Callable[[], str]
+    clock: Callable[[], datetime]
+    timeline: Timeline | None
+    position: int
+    interactive_once: bool
+    sent: list[Command]
+
+    @property
+    def state(self) -> ClusterState | None:
+        """The state at the shown position."""
+        return self.timeline.state_at(self.position) if self.timeline else None
+
+    def refresh_views(self) -> None:
+        """Show the state at the position (the console does)."""
+        raise NotImplementedError
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def _actionable(self) -> ClusterState | None:
+        """The state actions apply to, or None (and say why) when acting is not possible."""
+        state = self.state
+        if not self.source.live:
+            self.notify(f"{self.source.description} is read-only", severity="error")
+            return None
+        if self.timeline is None or state is None or not state.registered:
+            self.notify("no cluster registered yet", severity="error")
+            return None
+        if self.position != len(self.timeline):
+            self.notify("viewing the past: press l to come back to now first", severity="error")
+            return None
+        return state
+
+    def _node(self) -> str | None:
+        selected = self.query_one(ClusterGrid).selected
+        return selected[1] if selected else None
+
+    def _job(self) -> str | None:
+        return self.query_one(JobsPane).selected_job
+
+    def _confirm(
+        self, title: str, body: str, make: Callable[[str], list[Command]], *, reason: bool = False
+    ) -> None:
+        def done(answer: str | None) -> None:
+            if answer is not None:
+                self.send_commands(make(answer))
+
+        self.push_screen(ConfirmScreen(title, body, reason=reason), done)
+
+    def action_cordon(self) -> None:
+        state, node = self._actionable(), self._node()
+        if state is None or node is None:
+            return
+        c = state.cluster
+        self._confirm(
+            f"Cordon {node}?",
+            f"No new work goes to {node} (rack {state.nodes[node].rack}); "
+            "what runs there keeps running.",
+            lambda why: [cmd.cordon(c, self.actor, self.new_id, node, why)],
+            reason=True,
+        )
+
+    def action_uncordon(self) -> None:
+        state, node = self._actionable(), self._node()
+        if state is None or node is None:
+            return
+        if not state.nodes[node].cordoned:
+            self.notify(f"{node} is not cordoned", severity="warning")
+            return
+        c = state.cluster
+        self._confirm(
+            f"Uncordon {node}?",
+            f"{node} may take new work again.",
+            lambda _: [cmd.uncordon(c, self.actor, self.new_id, node)],
+        )
+
+    def action_cancel_job(self) -> None:
+        state, job = self._actionable(), self._job()
+        if state is None:
+            return
+        if job is None or job not in state.jobs:
+            self.notify("select a job in the jobs view (2) first", severity="error")
+            return
+        c = state.cluster
+        spec = state.jobs[job].spec
+        self._confirm(
+            f"Cancel {job}?",
+            f"{job} ({spec.nodes} nodes, {spec.kind.value}) stops for good and frees its nodes.",
+            lambda why: [cmd.cancel(c, self.actor, self.new_id, job, why)],
+            reason=True,
+        )
+
+    def action_submit(self) -> None:
+        state = self._actionable()
+        if state is None:
+            return
+        c = state.cluster
+
+        def build(f: dict[str, Any]) -> Command:
+            return cmd.submit(
+                c,
+                self.actor,
+                self.new_id,
+                job=f["job"].strip(),
+                nodes=_int(f["nodes"], "nodes"),
+                slice_size=_int(f["slice_size"], "slice size") if f["slice_size"].strip() else None,
+                kind=JobKind(f["kind"]),
+                priority=_int(f["priority"], "priority"),
+                checkpoint_minutes=_float(f["checkpoint_minutes"]),
+                name=f["name"].strip(),
+            )
+
+        def done(command: Command | None) -> None:
+            if command is not None:
+                self.send_commands([command])
+
+        self.push_screen(SubmitScreen(build), done)
+
+    def action_allow_interactive(self) -> None:
+        if self._actionable() is None:
+            return
+
+        def done(answer: str | None) -> None:
+            if answer is not None:
+                self.interactive_once = True
+                self.refresh_views()
+
+        self.push_screen(
+            ConfirmScreen(
+                "Allow interactive preemption for the next defrag?",
+                "The next defrag you trigger (d) may preempt interactive jobs (dev "
+                f"environments); the preemption carries your consent as {self.actor}. It "
+                "applies to that one defrag only.",
+            ),
+            done,
+        )
+
+    def action_defrag(self) -> None:
+        state, job = self._actionable(), self._job()
+        if state is None:
+            return
+        if job is None or job not in state.jobs or state.jobs[job].status is not JobStatus.QUEUED:
+            self.notify(
+                "select a queued (blocked) job in the jobs view (2) first", severity="error"
+            )
+            return
+        interactive = self.interactive_once
+        plan = cmd.defrag_plan(
+            state, job, now=max(self.clock(), state.at or self.clock()), actor=self.actor,
+            allow_interactive=interactive,
+        )  # fmt: skip
+        if plan is None:
+            self.notify(f"no defrag plan frees rack-shaped room for {job}", severity="warning")
+            return
+        commands = cmd.defrag_commands(state, plan, self.actor, self.new_id)
+
+        def make(_: str) -> list[Command]:
+            self.interactive_once = False if interactive else self.interactive_once
+            return commands
+
+        victims = ", ".join(plan.victims) or "none"
+        self._confirm(
+            f"Defrag for {job}?",
+            f"Preempt {victims} ({plan.cost:.2f} GPU-h) and place {job} on "
+            f"{', '.join(plan.target_racks)}.\n{plan.explanation}",
+            make,
+        )
+
+    def send_commands(self, commands: list[Command]) -> None:
+        """Send commands through the source, in order (a worker: the UI stays live)."""
+        self._send(commands)
+
+    @work(group="send")
+    async def _send(self, commands: list[Command]) -> None:
+        for command in commands:
+            try:
+                await self.source.send(command)
+            except SourceError as err:
+                self.notify(str(err), title=command.type, severity="error", timeout=10)
+                return
+            self.sent.append(command)
+            self.notify(f"sent {command.type} {command.id}", timeout=4)
+        self.refresh_views()
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not a whole number") from None
+
+
+def _float(text: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"checkpoint minutes: {text!r} is not a number") from None

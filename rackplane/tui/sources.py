@@ -1,0 +1,228 @@
+"""Where the console's events come from and where its commands go.
+
+A `Source` hands the console the events of one cluster (history first, then new ones as they
+arrive) and the rejected input, and sends the operator's commands. Three of them:
+- `MemorySource`: a list of events; commands are kept in `sent` (tests, snapshots, benchmarks);
+- `LiveSource`: a running pipeline over Kafka; commands go to the commands topic exactly as the
+  CLI sends them (`Client.send`), keyed by cluster;
+- `history_source(path)`: a recorded history (DuckDB file or Parquet folder, read through
+  `rackplane.history`); read-only.
+The time travel does not depend on the source: the console folds whatever events it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from rackplane.models import Command, Event, Rejection
+
+OnEvents = Callable[[list[Event]], None]
+OnRejections = Callable[[list[Rejection]], None]
+
+
+class SourceError(RuntimeError):
+    """A source cannot serve: a broker out of reach, a file that is not a history, ..."""
+
+
+class ReadOnlySource(SourceError):
+    """The source takes no commands (a recorded history)."""
+
+
+class Source(Protocol):
+    """What the console needs from the outside world."""
+
+    cluster: str
+    description: str
+    live: bool
+    """True when new events keep arriving (and commands can be sent)."""
+
+    async def run(self, on_events: OnEvents, on_rejections: OnRejections) -> None:
+        """Deliver the history, then (when live) new events until cancelled."""
+        ...
+
+    async def send(self, command: Command) -> None:
+        """Send one command; raises `SourceError` when it cannot."""
+        ...
+
+
+class MemorySource:
+    """Events from a list; sent commands are kept, in order, in `sent`."""
+
+    def __init__(
+        self,
+        events: Sequence[Event],
+        *,
+        cluster: str | None = None,
+        rejections: Sequence[Rejection] = (),
+        live: bool = True,
+        description: str = "in memory",
+    ) -> None:
+        if cluster is None:
+            if not events:
+                raise SourceError("no events and no cluster: nothing to show")
+            cluster = events[0].cluster
+        self.cluster = cluster
+        self.events = list(events)
+        self.rejections = list(rejections)
+        self.live = live
+        self.description = description
+        self.sent: list[Command] = []
+        self._on_events: OnEvents | None = None
+
+    async def run(self, on_events: OnEvents, on_rejections: OnRejections) -> None:
+        self._on_events = on_events
+        on_events([e for e in self.events if e.cluster == self.cluster])
+        if self.rejections:
+            on_rejections(self.rejections)
+
+    def push(self, events: Sequence[Event]) -> None:
+        """Deliver more events, as a live log would (tests)."""
+        self.events.extend(events)
+        if self._on_events is not None:
+            self._on_events(list(events))
+
+    async def send(self, command: Command) -> None:
+        if not self.live:
+            raise ReadOnlySource(f"{self.description} is read-only: commands cannot be sent")
+        self.sent.append(command)
+
+
+class LiveSource:
+    """A running pipeline: tails the events and rejected topics, sends to the commands topic."""
+
+    def __init__(self, broker: str, *, cluster: str | None, prefix: str = "rackplane") -> None:
+        from rackplane.streams.config import StreamConfig
+
+        self.config = StreamConfig(broker=broker, prefix=prefix)
+        try:
+            self.config.bootstrap  # noqa: B018  (validates the URL)
+        except ValueError as err:
+            raise SourceError(str(err)) from err
+        self.cluster = cluster or ""
+        self.description = f"{broker} ({prefix}.*)"
+        self.live = True
+        self._client: object | None = None
+
+    async def first_cluster(self, timeout: float = 10.0) -> str:
+        """The cluster of the first event on the log (when none was named)."""
+        from rackplane.streams.client import Client
+
+        async def first() -> str:
+            async with Client(self.config) as client:
+                async for event in client.events():
+                    return event.cluster
+            raise SourceError("the event log ended")
+
+        try:
+            return await asyncio.wait_for(first(), timeout)
+        except TimeoutError:
+            raise SourceError(
+                f"no event on {self.config.topic('events')} within {timeout:.0f} s: "
+                "is the pipeline running? (or pass --cluster)"
+            ) from None
+
+    async def run(self, on_events: OnEvents, on_rejections: OnRejections) -> None:
+        from rackplane.streams.client import Client
+
+        try:
+            if not self.cluster:
+                self.cluster = await self.first_cluster()
+            async with Client(self.config) as client:
+                self._client = client
+                try:
+                    await asyncio.gather(
+                        self._tail(client, "events", on_events),
+                        self._tail(client, "rejected", on_rejections),
+                    )
+                finally:
+                    self._client = None
+        except (SourceError, asyncio.CancelledError):
+            raise
+        except Exception as err:  # the client's own error, said plainly
+            raise SourceError(
+                f"cannot reach {self.description}: {type(err).__name__}: {err}"
+            ) from err
+
+    async def _tail(self, client: object, topic: str, deliver: Callable[[list], None]) -> None:  # type: ignore[type-arg]
+        from rackplane.models import REJECTIONS
+        from rackplane.streams.codec import decode_event
+        from rackplane.streams.eventlog import is_marker
+
+        consumer = client.reader(topic)  # type: ignore[attr-defined]
+        await consumer.start()
+        key = self.cluster.encode()
+        try:
+            while True:
+                batch = await consumer.getmany(timeout_ms=250, max_records=5_000)
+                out: list[object] = []
+                for records in batch.values():
+                    for r in records:
+                        if not r.value or is_marker(r.headers):
+                            continue
+                        try:
+                            if topic == "events":
+                                if r.key == key:
+                                    out.append(decode_event(r.value))
+                            else:
+                                out.append(REJECTIONS.validate_json(r.value))
+                        except ValidationError:
+                            continue  # the pipeline routes undecodable input to `rejected`
+                if out:
+                    deliver(out)
+        finally:
+            await consumer.stop()
+
+    async def send(self, command: Command) -> None:
+        client = self._client
+        if client is None:
+            raise SourceError("not connected to the broker yet")
+        try:
+            await client.send(command)  # type: ignore[attr-defined]
+        except Exception as err:  # the broker's own error, said plainly
+            raise SourceError(f"cannot send to {self.description}: {err}") from err
+
+
+class HistorySource(MemorySource):
+    """A recorded history: its events and rejections, loaded once; read-only."""
+
+
+def history_source(path: Path, *, cluster: str | None = None) -> HistorySource:
+    """Load one cluster's history from a DuckDB file or a Parquet folder.
+
+    Raises:
+        SourceError: the path is missing or not a history, or it holds several clusters and
+            none was named, or not the one named.
+    """
+    if not path.exists():
+        raise SourceError(f"{path}: no such file or folder")
+    try:  # lazily: only --db needs the history package
+        from rackplane.history import open_history  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as err:
+        raise SourceError(f"reading a history needs rackplane.history: {err}") from err
+
+    try:
+        with open_history(path) as reader:
+            clusters = reader.clusters()
+            if cluster is None:
+                if len(clusters) != 1:
+                    names = ", ".join(clusters) or "none"
+                    raise SourceError(f"{path} holds clusters {names}: pick one with --cluster")
+                cluster = clusters[0]
+            elif cluster not in clusters:
+                raise SourceError(
+                    f"{path} has no cluster {cluster!r} (it has {', '.join(clusters)})"
+                )
+            events = reader.events(cluster)
+            rejections = reader.rejections(cluster)
+    except SourceError:
+        raise
+    except Exception as err:  # duckdb/parquet errors, said plainly
+        raise SourceError(f"{path}: cannot read history: {type(err).__name__}: {err}") from err
+    return HistorySource(
+        events, cluster=cluster, rejections=rejections, live=False, description=f"history {path}"
+    )
