@@ -62,6 +62,9 @@ def worker(
     web_port: Annotated[int, typer.Option(help="Port of the JSON views and /metrics.")] = 6066,
     data_dir: Annotated[str, typer.Option(help="Worker data directory.")] = ".rackplane/worker",
     audit_dir: Annotated[str | None, typer.Option(help="Write the audit trail here.")] = None,
+    db: Annotated[
+        str | None, typer.Option(help="Record the history into this DuckDB file.")
+    ] = None,
     policies: Annotated[str, typer.Option(help="Policy agents to run.")] = "spare_swap,tas,defrag",
     gpu_manager: Annotated[bool, typer.Option(help="Run the GPU Manager (telemetry).")] = True,
     projections: Annotated[bool, typer.Option(help="Run the projections and views.")] = True,
@@ -74,6 +77,8 @@ def worker(
     from rackplane.streams.app import POLICIES, run_worker
     from rackplane.streams.config import StreamConfig
 
+    if db and audit_dir:
+        fail("choose one audit sink: --db FILE (DuckDB) or --audit-dir DIR (JSON lines)")
     chosen = tuple(p for p in policies.split(",") if p)
     unknown = [p for p in chosen if p not in POLICIES]
     if unknown:
@@ -87,6 +92,7 @@ def worker(
         web_port=web_port,
         datadir=data_dir,
         audit_dir=audit_dir,
+        db=db,
         policies=chosen,
         max_message_bytes=max_message_bytes,
         gpu_manager=gpu_manager,

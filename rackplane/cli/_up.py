@@ -34,6 +34,9 @@ def up(
     seed: Annotated[int, typer.Option(help="Seed of the demo load.")] = 7,
     jobs_per_minute: Annotated[float, typer.Option(help="Job arrival rate.")] = 240.0,
     prefix: Annotated[str, typer.Option(help="Topic prefix.")] = "rackplane",
+    db: Annotated[
+        Path | None, typer.Option(help="Record the demo's history into this DuckDB file.")
+    ] = None,
 ) -> None:
     """Start the embedded broker (unless --broker), a worker and the demo load; show progress."""
     from rackplane.importers import TopologyFileError, load_cluster_file
@@ -46,6 +49,11 @@ def up(
         cf = load_cluster_file(cluster)
     except (TopologyFileError, OSError) as err:
         fail(f"{err} (run from the repository root, or pass --cluster FILE)")
+    if db is not None and broker is None and db.exists() and db.stat().st_size > 0:
+        fail(
+            f"{db} exists: the embedded broker starts empty, so its cluster would restart at "
+            "seq 1 on top of an older history; pass a new file"
+        )
     workdir = Path(tempfile.mkdtemp(prefix="rackplane-up-"))
     embedded = None
     worker = None
@@ -56,7 +64,12 @@ def up(
             except EmbeddedBrokerError as err:
                 fail(str(err))
             broker = embedded.url
-        config = StreamConfig(broker=broker, prefix=prefix, app_id=f"{prefix}-up")
+        config = StreamConfig(
+            broker=broker,
+            prefix=prefix,
+            app_id=f"{prefix}-up",
+            db=str(db.resolve()) if db is not None else None,
+        )
         say = errors.print
         say(f"[green]broker[/] {broker}")
         from rackplane.streams.client import ensure_topics
@@ -71,6 +84,8 @@ def up(
         settings = LoadSettings(seed=seed, jobs_per_minute=jobs_per_minute)
         summary = asyncio.run(_drive(config, cf.topology, cf.policy, settings, duration, headless))
         summary["broker"] = broker
+        if db is not None:
+            summary["history"] = str(db)
     finally:
         if worker is not None:
             worker.stop()

@@ -27,6 +27,8 @@ class StreamConfig:
     projections: bool = True
     audit_dir: str | None = None
     """Where the audit sink writes (JSON lines), when set."""
+    db: str | None = None
+    """The DuckDB history file the audit sink records into, when set (`rackplane.history`)."""
 
     @property
     def bootstrap(self) -> str:
