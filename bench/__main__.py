@@ -1,6 +1,7 @@
 """`python -m bench` (or `make bench`): run the benchmarks, print tables and markdown.
 
-Placement, defrag and the streaming pipeline (on an embedded Tansu) by default; the simulator
+Placement, defrag, the streaming pipeline (on an embedded Tansu) and the history (DuckDB
+ingest and replay of 1M events) by default; the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
 sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`.
 """
@@ -73,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--json", type=Path, help="write the raw rows here")
     parser.add_argument(
-        "--only", choices=["placement", "defrag", "sim", "streams"], help="one benchmark"
+        "--only",
+        choices=["placement", "defrag", "sim", "streams", "history"],
+        help="one benchmark",
     )
     args = parser.parse_args(argv)
     if args.only == "sim":
@@ -104,11 +107,16 @@ def main(argv: list[str] | None = None) -> int:
 
             with EmbeddedBroker() as broker:
                 results["streams"] = asyncio.run(run_all(broker.url, say, quick=args.quick))
+        if args.only in (None, "history"):
+            from bench.history import run as history
+
+            results["history"] = history(100_000 if args.quick else 1_000_000, 125_000, say)
     out.print(f"[bold]{results['machine']}[/] — {results['date']}")
     for name, title in (
         ("placement", "Placement latency (ms)"),
         ("defrag", "Defrag plan (ms)"),
         ("streams", "Streaming pipeline (embedded Tansu)"),
+        ("history", "History: DuckDB ingest and replay"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

@@ -14,7 +14,7 @@ from typing import Any, Self
 
 import duckdb
 
-from rackplane.history._schema import TABLES, stored
+from rackplane.history._schema import TABLES, TYPED_CHECK, parsed
 from rackplane.history.errors import HistoryError
 from rackplane.models import COMMANDS, EVENTS, REJECTIONS, Command, Event, Rejection
 
@@ -142,14 +142,16 @@ class HistoryReader:
         return {t: self._rows(f"SELECT count(*) FROM {t}")[0][0] for t in TABLES}
 
     def chain_rows(self, table: str) -> list[tuple[Any, ...]]:
-        """(row_id, label, prev_hash, hash, *content columns) of a table, in row_id order."""
+        """(row_id, label, prev_hash, hash, payload, typed columns agree with the payload) of a
+        table, in row_id order."""
         label = {
             "events": "'cluster ' || cluster || ', seq ' || seq || ', ' || type",
             "commands": "'command ' || id || ', ' || type",
             "rejections": "'from ' || source_topic || ', ' || agent",
         }[table]
         return self._rows(
-            f"SELECT row_id, {label}, prev_hash, hash, {stored(table)} FROM {table} ORDER BY row_id"
+            f"SELECT row_id, {label}, prev_hash, hash, payload, {TYPED_CHECK[table]} "
+            f"FROM {parsed(table)} ORDER BY row_id"
         )
 
     def chain_head(self, table: str) -> tuple[int, str] | None:

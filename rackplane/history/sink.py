@@ -14,20 +14,13 @@ Theory of operation:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 import duckdb
 
-from rackplane.history._rows import (
-    GENESIS,
-    chain,
-    command_values,
-    content,
-    event_values,
-    rejection_values,
-)
+from rackplane.history._rows import GENESIS, chain, rejection_key
 from rackplane.history._schema import DDL, TABLES, insert
 from rackplane.history.errors import HistoryError
 from rackplane.models import Command, Event, Rejection
@@ -74,7 +67,7 @@ class DuckDBAuditSink:
         """Append the events not stored yet (by (cluster, seq)), in the order given."""
         fresh = self._fresh_events(events)
         last = dict(self._last_seq)
-        self._append("events", fresh, event_values)
+        self._append("events", [e.model_dump_json() for e in fresh])
         for e in fresh:
             last[e.cluster] = max(last.get(e.cluster, 0), e.seq)
         self._last_seq = last
@@ -86,18 +79,19 @@ class DuckDBAuditSink:
             if c.id not in self._command_ids and c.id not in ids:
                 ids.add(c.id)
                 fresh.append(c)
-        self._append("commands", fresh, command_values)
+        self._append("commands", [c.model_dump_json() for c in fresh])
         self._command_ids |= ids
 
     def record_rejections(self, rejections: Sequence[Rejection]) -> None:
         """Append the rejections not stored yet (by the digest of their JSON)."""
-        rows, keys = [], set()
+        payloads, keys = [], set()
         for r in rejections:
-            values = rejection_values(r)
-            if values[0] not in self._rejection_keys and values[0] not in keys:
-                keys.add(values[0])
-                rows.append(values)
-        self._append_rows("rejections", rows)
+            payload = r.model_dump_json()
+            key = rejection_key(payload)
+            if key not in self._rejection_keys and key not in keys:
+                keys.add(key)
+                payloads.append(payload)
+        self._append("rejections", payloads)
         self._rejection_keys |= keys
 
     def close(self) -> None:
@@ -158,23 +152,20 @@ class DuckDBAuditSink:
                     fresh.append(e)
         return fresh
 
-    def _append(self, name: str, items: Sequence[Any], values: Callable[[Any], Any]) -> None:
-        self._append_rows(name, [values(i) for i in items])
-
-    def _append_rows(self, name: str, rows: Sequence[Sequence[Any]]) -> None:
-        if not rows:
+    def _append(self, name: str, payloads: Sequence[str]) -> None:
+        if not payloads:
             return
         row_id, prev = self._heads[name]
         hashes = []
-        for row in rows:
-            h = chain(prev, content(row))
+        for payload in payloads:
+            h = chain(prev, payload)
             hashes.append((prev, h))
             prev = h
-        last_id = row_id + len(rows)
+        last_id = row_id + len(payloads)
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
-            insert(con, name, rows, row_id + 1, hashes)
+            insert(con, name, payloads, row_id + 1, hashes)
             con.execute(
                 "INSERT OR REPLACE INTO chain_heads VALUES (?, ?, ?)", [name, last_id, prev]
             )

@@ -7,7 +7,8 @@ Algorithm overview, per table, rows in `row_id` order, `expected` = the previous
    row chained to and the row that resumes.
 2. Else a row whose `prev_hash` is not `expected` follows *deleted* rows: the row it was
    chained to is gone.
-3. Else a row whose content does not hash to its `hash` was *edited*.
+3. Else a row whose payload does not hash to its `hash`, or whose typed columns differ from
+   its payload, was *edited*.
 4. After the last row: if the writer's recorded head (`chain_heads`) is a later row, rows
    were deleted at the end.
 The chain has no secret: it detects tampering by anyone who does not recompute every later
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rackplane.history._rows import GENESIS, chain, content
+from rackplane.history._rows import GENESIS, chain
 from rackplane.history._schema import TABLES
 from rackplane.history.reader import HistoryReader
 
@@ -51,12 +52,12 @@ def verify(reader: HistoryReader) -> list[ChainReport]:
 def check_chain(
     table: str, rows: Sequence[Sequence[Any]], head: tuple[int, str] | None
 ) -> ChainReport:
-    """Check one table's rows: (row_id, label, prev_hash, hash, *content)."""
+    """Check one table's rows: (row_id, label, prev_hash, hash, payload, typed_ok)."""
     expected = GENESIS
     seen: dict[str, int] = {GENESIS: -1}
     for i, row in enumerate(rows):
         row_id, label, prev, stored_hash = row[0], row[1], row[2], row[3]
-        intact = chain(prev, content(row[4:])) == stored_hash
+        intact = chain(prev, row[4]) == stored_hash and row[5]
         if intact and prev == expected:
             expected = stored_hash
             seen[stored_hash] = i
@@ -83,7 +84,9 @@ def check_chain(
             )  # fmt: skip
         return ChainReport(
             table, len(rows), "edited", row_id, label,
-            "its content no longer matches its hash",
+            "its payload no longer matches its hash"
+            if chain(prev, row[4]) != stored_hash
+            else "its typed columns no longer match its hashed payload",
         )  # fmt: skip
     if head is not None and rows and (head[1] != expected or head[0] != rows[-1][0]):
         last = rows[-1]

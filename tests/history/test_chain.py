@@ -9,8 +9,7 @@ import duckdb
 import pytest
 
 from rackplane.history import open_history
-from rackplane.history._rows import chain, content
-from rackplane.history._schema import stored
+from rackplane.history._rows import chain
 from rackplane.history.verify import ChainReport, verify
 from tests.history.conftest import Recorded
 
@@ -71,9 +70,9 @@ def test_an_inserted_row_with_a_correct_hash_is_still_found(copy: Path) -> None:
         'INSERT INTO events SELECT 21, cluster, 100000, type, "at", job, node, rack, actor, '
         "causation_id, correlation_id, payload, hash, hash FROM events WHERE row_id = 20"
     )
-    row = con.execute(f"SELECT prev_hash, {stored('events')} FROM events WHERE row_id = 21")
-    prev, *values = row.fetchone()  # type: ignore[misc]
-    con.execute("UPDATE events SET hash = ? WHERE row_id = 21", [chain(prev, content(values))])
+    row = con.execute("SELECT prev_hash, payload FROM events WHERE row_id = 21").fetchone()
+    assert row is not None
+    con.execute("UPDATE events SET hash = ? WHERE row_id = 21", [chain(row[0], row[1])])
     con.close()
     verdict = events_verdict(copy)
     assert (verdict.problem, verdict.row_id) == ("inserted", 21)
