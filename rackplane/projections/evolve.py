@@ -158,13 +158,14 @@ class _Builder:
         table = self.nodes
         taken: dict[RackId, list[NodeId]] = {}
         freed: dict[RackId, list[NodeId]] = {}
+        healthy = Health.HEALTHY
         for n in nodes:
             old = table[n]
-            new = NodeState(old.id, old.rack, old.health, old.cordoned, job, index, old.cause)
-            table[n] = new
-            was, now = old.available, new.available
-            if was != now:
-                (freed if now else taken).setdefault(old.rack, []).append(n)
+            rack, health, cordoned = old.rack, old.health, old.cordoned
+            table[n] = NodeState(n, rack, health, cordoned, job, index, old.cause)
+            if health is healthy and not cordoned and (old.job is None) != (job is None):
+                # `available` flips: healthy, uncordoned, and served by a job or not
+                (freed if job is None else taken).setdefault(rack, []).append(n)
         for changes, add in ((taken, False), (freed, True)):
             for rack, ns in changes.items():
                 r = self.racks[rack]
