@@ -42,6 +42,7 @@ def test_the_worker_records_events_commands_and_rejections_into_duckdb(
         p.worker.kill()  # a crash: the audit batch in flight is delivered again after restart
         p.worker.start()
         asyncio.run(drive(second, first))  # `first` once more: a redelivered command id
+        asyncio.run(p.events(c, lambda es: sum(isinstance(e, JobPlaced) for e in es) == 2))
         log = asyncio.run(quiet_log(p, c))
         assert sum(isinstance(e, JobPlaced) for e in log) == 2
         asyncio.run(asyncio.sleep(1.0))  # the audit agents batch for 50 ms
