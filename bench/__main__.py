@@ -1,7 +1,7 @@
 """`python -m bench` (or `make bench`): run the benchmarks, print tables and markdown.
 
-Placement, defrag, the streaming pipeline (on an embedded Tansu) and the console's cluster
-view (`tui`) by default; the simulator
+Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's cluster view
+(`tui`) and the history (DuckDB ingest and replay of 1M events) by default; the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
 sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`.
 """
@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--json", type=Path, help="write the raw rows here")
     parser.add_argument(
-        "--only", choices=["placement", "defrag", "sim", "streams", "tui"], help="one benchmark"
+        "--only",
+        choices=["placement", "defrag", "sim", "streams", "tui", "history"],
+        help="one benchmark",
     )
     args = parser.parse_args(argv)
     if args.only == "sim":
@@ -109,12 +111,17 @@ def main(argv: list[str] | None = None) -> int:
             from bench.tui import refresh_after_event
 
             results["tui"] = refresh_after_event((128, 1024), 20 if args.quick else 100, say)
+        if args.only in (None, "history"):
+            from bench.history import run as history
+
+            results["history"] = history(100_000 if args.quick else 1_000_000, 125_000, say)
     out.print(f"[bold]{results['machine']}[/] — {results['date']}")
     for name, title in (
         ("placement", "Placement latency (ms)"),
         ("defrag", "Defrag plan (ms)"),
         ("streams", "Streaming pipeline (embedded Tansu)"),
         ("tui", "Console: cluster view refresh after one event (ms)"),
+        ("history", "History: DuckDB ingest and replay"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from rackplane import __version__
-from rackplane.cli import _client, _sim, _streams, _tui, _up
+from rackplane.cli import _client, _history, _replay, _sim, _streams, _tui, _up
 from rackplane.cli._config import config_app
 from rackplane.cli._demo import demo
 from rackplane.cli._topology import topology_app
@@ -25,6 +25,8 @@ _client.register(app)
 _up.register(app)
 _sim.register(app)
 _tui.register(app)
+_replay.register(app)
+_history.register(app)
 
 
 @app.command()

@@ -68,6 +68,10 @@ def worker(
     web_port: Annotated[int | None, typer.Option(help="Port of the views and /metrics.")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Worker data directory.")] = None,
     audit_dir: Annotated[Path | None, typer.Option(help="Write the audit trail here.")] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="Record the history into this DuckDB file (record_history on)."),
+    ] = None,
     policies: Annotated[str | None, typer.Option(help="Policy agents to run.")] = None,
     gpu_manager: Annotated[
         bool | None, typer.Option("--gpu-manager/--no-gpu-manager", help="Run the GPU Manager.")
@@ -99,12 +103,16 @@ def worker(
         data_dir=data_dir,
         audit_dir=audit_dir,
         policies=policies,
+        history_db=db,
+        record_history=True if db is not None else None,
         gpu_manager=gpu_manager,
         projections=projections,
         max_message_bytes=max_message_bytes,
         log_level=log_level,
     )
     config = s.stream_config()
+    if config.db and config.audit_dir:
+        fail("choose one audit sink: --db FILE (DuckDB) or --audit-dir DIR (JSON lines)")
     if config.exactly_once:
         _check_transactions(config)
     run_worker(config, loglevel=s.log_level)

@@ -37,6 +37,9 @@ def up(
     actor: Annotated[
         str | None, typer.Option(help="Who acts in the console (default operator:$USER).")
     ] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="Record the demo's history into this DuckDB file.")
+    ] = None,
 ) -> None:
     """Start the embedded broker (unless --broker), a worker and the demo load; on a terminal,
     open the operator console on it (quitting the console stops everything)."""
@@ -50,6 +53,11 @@ def up(
         cf = load_cluster_file(cluster)
     except (TopologyFileError, OSError) as err:
         fail(f"{err} (run from the repository root, or pass --cluster FILE)")
+    if db is not None and broker is None and db.exists() and db.stat().st_size > 0:
+        fail(
+            f"{db} exists: the embedded broker starts empty, so its cluster would restart at "
+            "seq 1 on top of an older history; pass a new file"
+        )
     workdir = Path(tempfile.mkdtemp(prefix="rackplane-up-"))
     embedded = None
     worker = None
@@ -60,7 +68,12 @@ def up(
             except EmbeddedBrokerError as err:
                 fail(str(err))
             broker = embedded.url
-        config = StreamConfig(broker=broker, prefix=prefix, app_id=f"{prefix}-up")
+        config = StreamConfig(
+            broker=broker,
+            prefix=prefix,
+            app_id=f"{prefix}-up",
+            db=str(db.resolve()) if db is not None else None,
+        )
         say = errors.print
         say(f"[green]broker[/] {broker}")
         from rackplane.streams.client import ensure_topics
@@ -77,6 +90,8 @@ def up(
             _drive(config, cf.topology, cf.policy, settings, duration, headless, actor)
         )
         summary["broker"] = broker
+        if db is not None:
+            summary["history"] = str(db)
     finally:
         if worker is not None:
             worker.stop()

@@ -117,8 +117,12 @@ class RackplaneSettings(BaseSettings):
     """Log level (quiet by default)."""
 
     # -- history and clients ----------------------------------------------------------------
-    history_db: Path = Path(".rackplane/history.duckdb")
-    """DuckDB file of the audit history (history and replay commands)."""
+    history_db: Path = Path("rackplane.duckdb")
+    """DuckDB file of the audit history: what `history` and `replay` read, and what the worker
+    records into when `record_history` is on."""
+    record_history: bool = False
+    """The worker records every event, command and rejection into `history_db` (also
+    `rackplane worker --db FILE`)."""
     actor: str | None = Field(default=None, min_length=1, max_length=128)
     """Who the client commands act as (default `operator:$USER`); admin commands check it."""
     cluster_file: Path | None = None
@@ -213,6 +217,7 @@ class RackplaneSettings(BaseSettings):
             gpu_manager=self.gpu_manager,
             projections=self.projections,
             audit_dir=str(self.audit_dir) if self.audit_dir is not None else None,
+            db=str(self.history_db) if self.record_history else None,
             security=self.security(),
         )
 

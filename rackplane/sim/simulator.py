@@ -78,7 +78,7 @@ Observer = Callable[[ClusterState, Sequence[Event]], None]
 Progress = Callable[[float], None]
 """Called at every capacity sample with the share of simulated time done."""
 
-_ARRIVE, _START, _COMPLETE, _FAIL, _REPAIR_NODE, _REPAIR_RACK, _SAMPLE, _MEASURE = range(8)
+_ARRIVE, _START, _COMPLETE, _FAIL, _REPAIR_NODE, _REPAIR_RACK, _SAMPLE, _MEASURE, _INPUT = range(9)
 _ACTORS = frozenset({"sim:operator", "sim:workload", "sim:runtime", "sim:failures"})
 
 
@@ -102,6 +102,9 @@ class Simulation:
         days: overrides the scenario's measured days (after `runtime.warmup_days`).
         observer: called after every command (state, events); for tests.
         progress: called at every sample with the share of simulated time done.
+        arrivals: the jobs to run instead of the scenario's workload (a what-if replay).
+        failures: the failures to meet instead of drawing them from the failure model.
+        inputs: other commands to send at given times (operator actions of a replay).
     """
 
     def __init__(
@@ -113,8 +116,14 @@ class Simulation:
         days: float | None = None,
         observer: Observer | None = None,
         progress: Progress | None = None,
+        arrivals: Sequence[Arrival] | None = None,
+        failures: Sequence[Failure] | None = None,
+        inputs: Sequence[tuple[datetime, Command]] = (),
     ) -> None:
         self.scenario = scenario
+        self.arrivals = arrivals
+        self.failures = failures
+        self.inputs = inputs
         self.policy = policy
         self.seed = scenario.seed if seed is None else seed
         self.start = scenario.start
@@ -152,21 +161,27 @@ class Simulation:
         self.collector = Collector(self.policy, self.engine.state)
         self._push(self.measure_from, _MEASURE, None)  # first among equal times
         nodes = s.topology.node_count
-        arrivals = generate_arrivals(
-            s.workload,
-            nodes=nodes,
-            start=self.start,
-            end=self.end,
-            seed=self.seed,
-            slice_size=self.settings.slice_size,
-        )
+        arrivals = self.arrivals
+        if arrivals is None:
+            arrivals = generate_arrivals(
+                s.workload,
+                nodes=nodes,
+                start=self.start,
+                end=self.end,
+                seed=self.seed,
+                slice_size=self.settings.slice_size,
+            )
         for a in arrivals:
             self._push(a.at, _ARRIVE, a)
-        failures = failure_schedule(
-            s.topology, s.failures, start=self.start, end=self.end, seed=self.seed
-        )
+        failures = self.failures
+        if failures is None:
+            failures = failure_schedule(
+                s.topology, s.failures, start=self.start, end=self.end, seed=self.seed
+            )
         for f in failures:
             self._push(f.at, _FAIL, f)
+        for at, command in self.inputs:
+            self._push(at, _INPUT, command)
         while self.heap:
             at, _, kind, key, version = heapq.heappop(self.heap)
             if at >= self.end:
@@ -213,6 +228,8 @@ class Simulation:
             if self.progress is not None:
                 self.progress((self.clock.now - self.start) / (self.end - self.start))
             self._push(self.clock.now + self.sample_every, _SAMPLE, None)
+        elif kind == _INPUT:
+            self._handle(key)
         elif kind == _MEASURE:
             assert self.collector is not None
             self.collector.measure(self.clock.now, self.runs)
@@ -229,6 +246,9 @@ class Simulation:
             actor=actor,
             **fields,
         )
+        return self._handle(command)
+
+    def _handle(self, command: Command) -> list[Event]:
         events = self.engine.handle(command)
         self._react(events)
         if self.collector is not None:

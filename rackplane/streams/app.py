@@ -177,11 +177,7 @@ def create_app(
             return web.json({"error": "this worker holds no state of that cluster"}, status=404)
         return web.json({"cluster": cluster, "seq": state.seq, "digest": state_digest(state)})
 
-    sink = (
-        audit
-        if audit is not None
-        else (JsonlAuditSink(config.audit_dir) if config.audit_dir else None)
-    )
+    sink = audit if audit is not None else _configured_sink(config)
     if sink is not None:
         _add_audit(app, sink, commands=commands, events=events, rejected=rejected)
 
@@ -240,6 +236,15 @@ def _add_views(app: faust.App, projections: Projections) -> None:
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
         return web.bytes(projections.metrics.render(), content_type="text/plain; version=0.0.4")
+
+
+def _configured_sink(config: StreamConfig) -> AuditSink | None:
+    """The DuckDB history (`--db`), or JSON lines (`--audit-dir`), or none."""
+    if config.db:
+        from rackplane.history import DuckDBAuditSink  # an adapter of its own: loaded on demand
+
+        return DuckDBAuditSink(config.db)
+    return JsonlAuditSink(config.audit_dir) if config.audit_dir else None
 
 
 def _add_audit(app: faust.App, sink: AuditSink, **topics: Any) -> None:

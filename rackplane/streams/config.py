@@ -100,6 +100,8 @@ class StreamConfig:
     audit_dir: str | None = None
     """Where the audit sink writes (JSON lines), when set."""
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    db: str | None = None
+    """The DuckDB history file the audit sink records into, when set (`rackplane.history`)."""
 
     @property
     def bootstrap(self) -> str:

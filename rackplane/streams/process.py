@@ -65,6 +65,8 @@ class WorkerProcess:
             args.append("--no-projections")
         if c.audit_dir:
             args += ["--audit-dir", c.audit_dir]
+        if c.db:
+            args += ["--db", c.db]
         return args
 
     def start(self, *, ready_timeout: float = 90.0) -> Self:

@@ -7,6 +7,10 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from rackplane.history import open_history, state_at
+from rackplane.history.verify import verify
 
 EXPECTED = {
     "events", "commands", "rejected", "jobs_placed", "jobs_blocked", "jobs_preempted",
@@ -15,9 +19,11 @@ EXPECTED = {
 }  # fmt: skip
 
 
-def test_up_runs_the_demo_headless_prints_a_summary_and_stops_everything() -> None:
+def test_up_runs_the_demo_headless_prints_a_summary_and_stops_everything(tmp_path: Path) -> None:
+    db = tmp_path / "demo.duckdb"
+    argv = ["up", "--headless", "--duration", "25", "--json", "--db", str(db)]
     done = subprocess.run(
-        [sys.executable, "-m", "rackplane", "up", "--headless", "--duration", "25", "--json"],
+        [sys.executable, "-m", "rackplane", *argv],
         capture_output=True,
         text=True,
         timeout=240,
@@ -39,3 +45,16 @@ def test_up_runs_the_demo_headless_prints_a_summary_and_stops_everything() -> No
     for pattern in (workdir.group(1), f"127.0.0.1:{port}"):
         found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
         assert found.stdout.strip() == "", f"still running: {pattern}"
+    # The demo was recorded (`--db`): a history that verifies and replays.
+    assert summary["history"] == str(db)
+    with open_history(db) as reader:
+        (cluster,) = reader.clusters()
+        events = reader.events(cluster)
+        assert sum(e.type == "JobPlaced" for e in events) > 10
+        assert len(reader.commands(cluster)) > 10
+        assert all(r.ok for r in verify(reader))
+    assert state_at(events).seq == len(events)
+    again = subprocess.run(
+        [sys.executable, "-m", "rackplane", *argv], capture_output=True, text=True, check=False
+    )
+    assert again.returncode == 2 and "exists" in again.stderr

@@ -1,0 +1,170 @@
+"""`open_history(path)`: read a history, from the DuckDB file or from a Parquet export.
+
+Both sources look the same to the reader: a DuckDB file is opened read-only; a Parquet
+directory (`export_parquet`) is mounted as views in an in-memory DuckDB. Every query below
+runs on either. Messages come back typed (the pydantic models), decoded from `payload`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Self
+
+import duckdb
+
+from rackplane.history._schema import TABLES, TYPED_CHECK, parsed
+from rackplane.history.errors import HistoryError
+from rackplane.models import COMMANDS, EVENTS, REJECTIONS, Command, Event, Rejection
+
+_NOT_HISTORY = "is neither a rackplane DuckDB history nor a Parquet export directory"
+
+
+def open_history(path: str | Path) -> HistoryReader:
+    """Open a history for reading.
+
+    Args:
+        path: a DuckDB file written by `DuckDBAuditSink`, or a directory written by
+            `rackplane history export --parquet`.
+
+    Raises:
+        HistoryError: the path is missing, locked by a writer, or not a history.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise HistoryError(f"{p}: no such file or directory")
+    if p.is_dir():
+        return HistoryReader(_mount_parquet(p), p)
+    try:
+        con = duckdb.connect(str(p), read_only=True)
+    except duckdb.Error as err:
+        text = str(err)
+        if "lock" in text.lower():
+            raise HistoryError(
+                f"{p} is held by a writer (a running worker?); read an export "
+                f"(`rackplane history export`) or stop the writer: {text}"
+            ) from err
+        raise HistoryError(f"{p} {_NOT_HISTORY}: {text}") from err
+    have = {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
+    missing = [t for t in TABLES if t not in have]
+    if missing:
+        con.close()
+        raise HistoryError(f"{p} {_NOT_HISTORY} (no tables {', '.join(missing)})")
+    return HistoryReader(con, p)
+
+
+def _mount_parquet(directory: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for name in (*TABLES, "chain_heads"):
+        files = sorted((directory / name).rglob("*.parquet"))
+        if not files:
+            con.close()
+            raise HistoryError(f"{directory} {_NOT_HISTORY} (no {name}/*.parquet in it)")
+        listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        options = ", hive_partitioning = true, union_by_name = true"
+        select = "* EXCLUDE (day)" if name != "chain_heads" else "*"
+        try:
+            con.execute(
+                f"CREATE VIEW {name} AS SELECT {select} FROM read_parquet([{listed}]"
+                f"{options if name != 'chain_heads' else ''})"
+            )
+        except duckdb.Error as err:
+            con.close()
+            raise HistoryError(f"{directory}: cannot read {name}: {err}") from err
+    return con
+
+
+class HistoryReader:
+    """Typed reads of one history (see `open_history`). Usable as a context manager."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path) -> None:
+        self.con = con
+        self.path = path
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.con.execute(sql, list(params)).fetchall()
+        except duckdb.Error as err:
+            raise HistoryError(f"{self.path}: {err}") from err
+
+    def clusters(self) -> list[str]:
+        """Clusters with at least one recorded event, sorted."""
+        return [r[0] for r in self._rows("SELECT DISTINCT cluster FROM events ORDER BY 1")]
+
+    def events(
+        self,
+        cluster: str,
+        *,
+        upto_seq: int | None = None,
+        upto_at: datetime | None = None,
+        mentioning: str | None = None,
+    ) -> list[Event]:
+        """Events of `cluster` in seq order, up to a seq and/or a time (both inclusive);
+        `mentioning`: only events whose payload names this id (a job, node or rack)."""
+        sql = "SELECT payload FROM events WHERE cluster = ?"
+        params: list[Any] = [cluster]
+        if upto_seq is not None:
+            sql += " AND seq <= ?"
+            params.append(upto_seq)
+        if upto_at is not None:
+            sql += ' AND "at" <= ?'
+            params.append(upto_at)
+        if mentioning is not None:
+            sql += " AND contains(payload, ?)"
+            params.append(f'"{mentioning}"')
+        rows = self._rows(sql + " ORDER BY seq", params)
+        return [EVENTS.validate_json(r[0]) for r in rows]
+
+    def commands(self, cluster: str) -> list[Command]:
+        """Commands of `cluster` in the order they were recorded."""
+        rows = self._rows(
+            "SELECT payload FROM commands WHERE cluster = ? ORDER BY row_id", [cluster]
+        )
+        return [COMMANDS.validate_json(r[0]) for r in rows]
+
+    def rejections(self, cluster: str | None = None) -> list[Rejection]:
+        """Rejected input in the order recorded; `cluster`: only those keyed by that cluster."""
+        if cluster is None:
+            rows = self._rows("SELECT payload FROM rejections ORDER BY row_id")
+        else:
+            rows = self._rows(
+                "SELECT payload FROM rejections WHERE json_extract_string(payload, '$.key') = ? "
+                "ORDER BY row_id",
+                [cluster],
+            )
+        return [REJECTIONS.validate_json(r[0]) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table."""
+        return {t: self._rows(f"SELECT count(*) FROM {t}")[0][0] for t in TABLES}
+
+    def chain_rows(self, table: str) -> list[tuple[Any, ...]]:
+        """(row_id, label, prev_hash, hash, payload, typed columns agree with the payload) of a
+        table, in row_id order."""
+        label = {
+            "events": "'cluster ' || cluster || ', seq ' || seq || ', ' || type",
+            "commands": "'command ' || id || ', ' || type",
+            "rejections": "'from ' || source_topic || ', ' || agent",
+        }[table]
+        return self._rows(
+            f"SELECT row_id, {label}, prev_hash, hash, payload, {TYPED_CHECK[table]} "
+            f"FROM {parsed(table)} ORDER BY row_id"
+        )
+
+    def chain_head(self, table: str) -> tuple[int, str] | None:
+        """The (row_id, hash) the writer recorded as the table's last row."""
+        rows = self._rows("SELECT row_id, hash FROM chain_heads WHERE tbl = ?", [table])
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def close(self) -> None:
+        """Release the file."""
+        self.con.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
