@@ -58,7 +58,9 @@ def _report(r: Any) -> dict[str, Any]:
             "row_id": r.row_id, "row": r.row, "detail": r.detail}  # fmt: skip
 
 
-def _timeline(db: Path, cluster: str | None, subject: str, kind: str, json_out: bool) -> None:
+def _timeline(
+    db: Path | None, cluster: str | None, subject: str, kind: str, json_out: bool
+) -> None:
     from rackplane.history.timeline import timeline
 
     with history(db) as reader:
