@@ -1,16 +1,18 @@
 """`state_at(events, seq=..., at=...)`: the exact cluster state at a point of its history.
 
 Pure (no duckdb, no clock): it folds the recorded events with the same `evolve` the
-controller, the policies and the simulator use, so the state is the live state at that seq.
+controller, the policies and the simulator use (`fold`: one builder for the run), so the
+state is the live state at that seq.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from datetime import datetime
 
 from rackplane.models import Event
-from rackplane.projections import ClusterState, evolve, initial_state
+from rackplane.projections import ClusterState, fold, initial_state
 
 
 def state_at(
@@ -30,9 +32,7 @@ def state_at(
     if not events:
         raise ValueError("no events to replay")
     cluster = events[0].cluster
-    state = initial_state(cluster)
-    for event in events:
-        if (seq is not None and event.seq > seq) or (at is not None and event.at > at):
-            break
-        state = evolve(state, event)
-    return state
+    within = itertools.takewhile(
+        lambda e: (seq is None or e.seq <= seq) and (at is None or e.at <= at), events
+    )
+    return fold(initial_state(cluster), within)

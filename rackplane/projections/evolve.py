@@ -15,6 +15,7 @@ from typing import Any
 from immutables import Map
 
 from rackplane.models import (
+    ClusterId,
     CommandIgnored,
     CommandRejected,
     DefragPlanned,
@@ -80,26 +81,37 @@ def evolve(state: ClusterState, event: Event) -> ClusterState:
         EventGap: `event.seq` skips ahead of `state.seq + 1`.
         WrongCluster: the event belongs to another cluster.
     """
-    if event.cluster != state.cluster:
-        raise WrongCluster(
-            f"event {event.id} of cluster {event.cluster!r} folded into {state.cluster!r}"
-        )
-    if event.seq <= state.seq:
+    if not _is_next(state.cluster, state.seq, event):
         return state
-    if event.seq != state.seq + 1:
-        raise EventGap(
-            f"cluster {state.cluster!r} is at seq {state.seq}; next event has seq {event.seq}"
-        )
     b = _Builder(state)
-    _HANDLERS[type(event)](b, event)
-    return b.finish(event)
+    b.apply(event)
+    return b.finish()
 
 
 def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
-    """Apply events in order (a replay)."""
+    """Apply events in order (a replay): the state `evolve` would give event by event, without
+    building the states in between (one builder takes a run of events; a registration, which
+    reads the state before it, goes through `evolve`). Raises as `evolve` does."""
+    b = _Builder(state)
     for event in events:
-        state = evolve(state, event)
-    return state
+        if not _is_next(b.cluster, b.seq, event):
+            continue
+        if isinstance(event, TopologyRegistered):
+            b = _Builder(evolve(b.finish(), event))
+        else:
+            b.apply(event)
+    return b.finish()
+
+
+def _is_next(cluster: ClusterId, seq: int, event: Event) -> bool:
+    """True for the next event; False for one already applied; raises for the others."""
+    if event.cluster != cluster:
+        raise WrongCluster(f"event {event.id} of cluster {event.cluster!r} folded into {cluster!r}")
+    if event.seq <= seq:
+        return False
+    if event.seq != seq + 1:
+        raise EventGap(f"cluster {cluster!r} is at seq {seq}; next event has seq {event.seq}")
+    return True
 
 
 class _Builder:
@@ -116,6 +128,17 @@ class _Builder:
         self.reservations = state.reservations
         self.allowed_by = state.interactive_preemption_allowed_by
         self.allowed_why = state.interactive_preemption_reason
+        self.cluster = state.cluster
+        self.seq = state.seq
+        self.at = state.at
+        self.seen = state.seen
+
+    def apply(self, event: Event) -> None:
+        """Apply one event (the next one: the caller checked its seq)."""
+        _HANDLERS[type(event)](self, event)
+        if event.causation_id is not None:
+            self.seen = self.seen.add(event.causation_id, event.seq)
+        self.seq, self.at = event.seq, event.at
 
     def node(self, node: NodeId) -> NodeState:
         return self.nodes[node]
@@ -200,15 +223,13 @@ class _Builder:
         slices = tuple(new if s.index == new.index else s for s in job.slices)
         return replace(job, slices=slices)
 
-    def finish(self, event: Event) -> ClusterState:
-        seen = self.state.seen
-        if event.causation_id is not None:
-            seen = seen.add(event.causation_id, event.seq)
+    def finish(self) -> ClusterState:
+        """The state after the events applied; the builder is spent."""
         # Built directly: dataclasses.replace costs several microseconds per event.
         return ClusterState(
-            self.state.cluster,
-            event.seq,
-            event.at,
+            self.cluster,
+            self.seq,
+            self.at,
             self.index,
             self.settings,
             self.nodes.finish(),
@@ -218,7 +239,7 @@ class _Builder:
             self.reservations,
             self.allowed_by,
             self.allowed_why,
-            seen,
+            self.seen,
         )
 
 

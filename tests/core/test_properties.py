@@ -235,6 +235,15 @@ class ClusterMachine(RuleBasedStateMachine):
             once = fold(initial_state(CLUSTER), self.h.log)
             assert once == self.h.state
             assert fold(once, self.h.log) == once
+            # `fold` takes runs of events with one builder: any split gives the same state,
+            # and equals `evolve` event by event.
+            k = len(self.h.log) // 3
+            head = fold(initial_state(CLUSTER), self.h.log[:k])
+            assert fold(head, self.h.log[k:]) == once
+            by_one = initial_state(CLUSTER)
+            for e in self.h.log:
+                by_one = evolve(by_one, e)
+            assert by_one == once
 
 
 ClusterMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=50, deadline=None)
