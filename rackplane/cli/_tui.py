@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from rackplane.cli._config import ConfigFile, settings
 from rackplane.cli._render import errors, fail
 
 
@@ -22,9 +23,11 @@ def operator(actor: str | None) -> str:
 
 
 def tui(
+    config_file: ConfigFile = None,
     broker: Annotated[
-        str, typer.Option(help="kafka://host:port of the running system (live).")
-    ] = "kafka://127.0.0.1:9092",
+        str | None,
+        typer.Option(help="kafka://host:port of the running system (live; default: settings)."),
+    ] = None,
     db: Annotated[
         Path | None, typer.Option(help="A recorded history (DuckDB file or Parquet folder).")
     ] = None,
@@ -34,10 +37,13 @@ def tui(
     demo: Annotated[
         int | None, typer.Option(help="No broker: a seeded in-process story on this many racks.")
     ] = None,
-    prefix: Annotated[str, typer.Option(help="Topic prefix.")] = "rackplane",
+    prefix: Annotated[str | None, typer.Option(help="Topic prefix.")] = None,
     actor: Annotated[str | None, typer.Option(help="Who acts (default operator:$USER).")] = None,
 ) -> None:
-    """Open the operator console: cluster, jobs, events, alerts; actions; time travel (--db)."""
+    """Open the operator console: cluster, jobs, events, alerts; actions; time travel (--db).
+
+    Broker, prefix, Kafka security and actor come from the settings (config file < RACKPLANE_*
+    < flags; docs/CONFIG.md), like every client command's."""
     from rackplane.tui import ConsoleApp, LiveSource, MemorySource, Source, SourceError
     from rackplane.tui.sources import history_source
 
@@ -55,7 +61,10 @@ def tui(
                 events = sample_events(demo)
             source = MemorySource(events, description=f"demo ({demo} racks)")
         else:
-            source = LiveSource(broker, cluster=cluster, prefix=prefix)
+            s = settings(config_file, broker=broker, topic_prefix=prefix, actor=actor)
+            config = s.stream_config()
+            actor = s.actor
+            source = LiveSource(config.broker, cluster=cluster, prefix=config.prefix, config=config)
     except SourceError as err:
         fail(str(err))
     ConsoleApp(source, actor=operator(actor)).run()

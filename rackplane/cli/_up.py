@@ -152,7 +152,7 @@ async def _console(
     from rackplane.cli._tui import operator
     from rackplane.tui import ConsoleApp, LiveSource
 
-    source = LiveSource(config.broker, cluster=cluster, prefix=config.prefix)
+    source = LiveSource(config.broker, cluster=cluster, prefix=config.prefix, config=config)
     app = ConsoleApp(source, actor=operator(actor))
     ui = asyncio.create_task(app.run_async())
     await asyncio.wait({ui, runner}, return_when=asyncio.FIRST_COMPLETED)

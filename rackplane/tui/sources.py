@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import ValidationError
 
 from rackplane.models import Command, Event, Rejection
+
+if TYPE_CHECKING:
+    from rackplane.streams.config import StreamConfig
 
 OnEvents = Callable[[list[Event]], None]
 OnRejections = Callable[[list[Rejection]], None]
@@ -95,16 +98,30 @@ class MemorySource:
 class LiveSource:
     """A running pipeline: tails the events and rejected topics, sends to the commands topic."""
 
-    def __init__(self, broker: str, *, cluster: str | None, prefix: str = "rackplane") -> None:
+    def __init__(
+        self,
+        broker: str,
+        *,
+        cluster: str | None,
+        prefix: str = "rackplane",
+        config: StreamConfig | None = None,
+    ) -> None:
+        """Args:
+        broker: kafka://host:port.
+        cluster: the cluster to show (None: the first on the event log).
+        prefix: topic prefix.
+        config: the full connection settings (security included) when the caller has them;
+            `broker` and `prefix` are then taken from it.
+        """
         from rackplane.streams.config import StreamConfig
 
-        self.config = StreamConfig(broker=broker, prefix=prefix)
+        self.config = config or StreamConfig(broker=broker, prefix=prefix)
         try:
             self.config.bootstrap  # noqa: B018  (validates the URL)
         except ValueError as err:
             raise SourceError(str(err)) from err
         self.cluster = cluster or ""
-        self.description = f"{broker} ({prefix}.*)"
+        self.description = f"{self.config.broker} ({self.config.prefix}.*)"
         self.live = True
         self._client: object | None = None
 

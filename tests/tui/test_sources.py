@@ -110,3 +110,11 @@ async def test_a_broker_out_of_reach_is_said_plainly() -> None:
         await pilot.press("c")
         await pilot.pause()
         assert any("no cluster registered yet" in n.message for n in app._notifications)
+
+
+def test_the_console_takes_its_broker_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same layers as every client command: RACKPLANE_BROKER here, checked before connecting.
+    monkeypatch.setenv("RACKPLANE_BROKER", "http://not-kafka")
+    bad = CliRunner().invoke(cli, ["tui"])
+    assert bad.exit_code != 0
+    assert "http://not-kafka" in " ".join(bad.output.split())
