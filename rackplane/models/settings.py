@@ -7,6 +7,7 @@ from datetime import timedelta
 from pydantic import BaseModel, ConfigDict, Field
 
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE
+from rackplane.models.values import XidAction
 
 
 class PolicySettings(BaseModel):
@@ -34,3 +35,5 @@ class PolicySettings(BaseModel):
     """Time a preempted or migrated job needs to restart, counted in its cost."""
     allow_interactive_preemption: bool = False
     """Defrag may preempt interactive jobs. Off unless an operator turns it on."""
+    xid_actions: dict[int, XidAction] = Field(default_factory=dict)
+    """Operator overrides of the GPU Manager's XID policy table: XID -> action."""
