@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from rackplane import __version__
-from rackplane.cli import _client, _sim, _streams, _up
+from rackplane.cli import _client, _exporter, _sim, _streams, _up
 from rackplane.cli._demo import demo
 from rackplane.cli._topology import topology_app
 
@@ -22,6 +22,7 @@ _streams.register(app)
 _client.register(app)
 _up.register(app)
 _sim.register(app)
+_exporter.register(app)
 
 
 @app.command()

@@ -33,7 +33,7 @@ def fold(samples: list[NodeTelemetry], **overrides: XidAction) -> list[Verdict]:
         pytest.param({}, H.HEALTHY, "", id="healthy-gpu-at-work"),
         pytest.param({"fallen_off_bus": True}, H.FAILED, "fell off the bus", id="fallen-off-bus"),
         pytest.param({"ecc_uncorrected": 2}, H.FAILED, "2 uncorrectable ECC", id="volatile-dbe"),
-        pytest.param({"ecc_uncorrected_aggregate": 5}, H.HEALTHY, "", id="aggregate-dbe-is-history"),
+        pytest.param({"ecc_uncorrected_aggregate": 5}, H.HEALTHY, "", id="aggregate-dbe-is-old"),
         pytest.param({"ecc_corrected": 10_000}, H.HEALTHY, "", id="corrected-ecc-is-fine"),
         pytest.param({"remap_failure": True}, H.FAILED, "row remapping failed", id="remap-failure"),
         pytest.param({"remap_pending": True}, H.DEGRADED, "remap pending", id="remap-pending"),
