@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--json", type=Path, help="write the raw rows here")
     parser.add_argument(
-        "--only", choices=["placement", "defrag", "sim", "streams"], help="one benchmark"
+        "--only", choices=["placement", "defrag", "sim", "streams", "gpu"], help="one benchmark"
     )
     args = parser.parse_args(argv)
     if args.only == "sim":
@@ -104,11 +104,20 @@ def main(argv: list[str] | None = None) -> int:
 
             with EmbeddedBroker() as broker:
                 results["streams"] = asyncio.run(run_all(broker.url, say, quick=args.quick))
+        if args.only in (None, "gpu"):
+            import asyncio
+
+            from bench import gpu
+            from rackplane.streams import EmbeddedBroker
+
+            with EmbeddedBroker() as broker:
+                results["gpu"] = asyncio.run(gpu.run_all(broker.url, say, quick=args.quick))
     out.print(f"[bold]{results['machine']}[/] — {results['date']}")
     for name, title in (
         ("placement", "Placement latency (ms)"),
         ("defrag", "Defrag plan (ms)"),
         ("streams", "Streaming pipeline (embedded Tansu)"),
+        ("gpu", "GPU Manager: telemetry classified (embedded Tansu)"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

@@ -117,7 +117,14 @@ async def raw_consumer(url: str, n: int) -> dict[str, Any]:
     return {"stage": "raw aiokafka consumer", "messages": n, "seconds": dt, "per_second": n / dt}
 
 
-async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
+Sampler = Callable[[str, str, int | None], NodeTelemetry]
+"""(cluster, node, fatal xid or None) -> a sample."""
+
+
+async def telemetry(
+    url: str, n: int, racks: int = 128, sampler: Sampler | None = None, stage: str = ""
+) -> dict[str, Any]:
+    make = sampler or _sample
     config = _config(url, policies=(), projections=False)
     await ensure_topics(config)
     t = topology(racks)
@@ -135,12 +142,13 @@ async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
         )
     finally:
         worker.stop()
-    # 2. A backlog of n samples; the last one carries a fatal XID.
+    # 2. A backlog of n samples; the last two carry a fatal XID (one reading is not enough).
     values = [
-        (node.encode(), TELEMETRY.dump_json(_sample(t.cluster, node)))
-        for node in (nodes[i % len(nodes)] for i in range(n - 1))
+        (node.encode(), TELEMETRY.dump_json(make(t.cluster, node, None)))
+        for node in (nodes[i % len(nodes)] for i in range(n - 2))
     ]
-    values.append((last.encode(), TELEMETRY.dump_json(_sample(t.cluster, last, xid=79))))
+    for _ in range(2):
+        values.append((last.encode(), TELEMETRY.dump_json(make(t.cluster, last, 79))))
     async with Client(config, linger_ms=5) as client:
         await _produce(client, "telemetry", values)
     # 3. A fresh worker drains the backlog: from ready to the last sample's NodeFailed.
@@ -155,7 +163,7 @@ async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
         worker.stop()
     dt = t1 - t0
     return {
-        "stage": "telemetry through gpu_manager",
+        "stage": stage or "telemetry through gpu_manager",
         "messages": n,
         "seconds": dt,
         "per_second": n / dt,

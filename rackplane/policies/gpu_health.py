@@ -18,7 +18,8 @@ else. The phases of one step:
      that bad within `confirm_window`; a single transient reading changes nothing;
    - down: degraded -> healthy only after `clear_after` of clean samples in a row;
    - failed is sticky: the node returns only through `RepairNode`, after which the caller
-     starts it over with `repaired(state)`.
+     starts it over with `repaired(state)` (`GpuHealthRules` does when the controller's view
+     of the node goes from failed to healthy).
 
 `GpuHealthRules` keeps one state per node behind the `HealthClassifier` interface, for the
 `gpu_manager` agent.
@@ -78,6 +79,8 @@ class NodeHealthState:
     suspect_failed: tuple[datetime, int] | None = None
     """The same for raw failed verdicts."""
     clean_since: datetime | None = None
+    known_failed: bool = False
+    """The controller's view of the node was failed at the last sample (see `GpuHealthRules`)."""
 
 
 def repaired(state: NodeHealthState) -> NodeHealthState:
@@ -234,8 +237,14 @@ class GpuHealthRules:
         """Fold `sample` into its node's state; `known` is the controller's view of the node."""
         key = (sample.cluster, sample.node)
         state = self.states.get(key) or NodeHealthState()
-        if known is Health.FAILED and state.health is not Health.FAILED:
-            state = replace(state, health=Health.FAILED, evidence=("failed before",))
+        if known is Health.FAILED:
+            if state.health is not Health.FAILED or not state.known_failed:
+                evidence = state.evidence or ("failed before this manager started",)
+                state = replace(state, health=Health.FAILED, evidence=evidence, known_failed=True)
+        elif known is not None and state.known_failed:
+            # The controller's view went from failed to healthy: a repair (RepairNode). Read
+            # from the view itself, so a repair is seen however the replica learnt of it.
+            state = repaired(state)
         state, verdict = step(state, sample, self._table(overrides), self.rules)
         self.states[key] = state
         return verdict

@@ -169,3 +169,14 @@ def test_repaired_keeps_only_the_sticky_xids() -> None:
 def test_thresholds_are_settable() -> None:
     rules = GpuHealthRules(rules=HealthRules(hot_c=70.0, confirm=1))
     assert rules.classify(sick(0, temperature_c=75.0)).health is H.DEGRADED
+
+
+def test_the_controllers_view_going_from_failed_to_healthy_is_a_repair() -> None:
+    rules = GpuHealthRules()
+    for s, known in ((sick(0, xid=79), H.HEALTHY), (sick(1, xid=79), H.HEALTHY)):
+        rules.classify(s, known=known)
+    # Our report is in flight: the controller still says healthy; the verdict stays failed.
+    assert rules.classify(sick(2, xid=79), known=H.HEALTHY).health is H.FAILED
+    assert rules.classify(sick(3, xid=79), known=H.FAILED).health is H.FAILED
+    # Repaired: the controller says healthy again; the sticky XID 79 is not new.
+    assert rules.classify(sick(4, xid=79), known=H.HEALTHY).health is H.HEALTHY

@@ -1,0 +1,98 @@
+"""The GPU Manager's throughput: telemetry classified per second, beside the raw consumer.
+
+In one run on one broker:
+1. raw: a plain aiokafka consumer reading N pre-produced full NVML-shaped samples (the ceiling);
+2. gpu_manager: a worker running the GPU Manager (XID table, incidents, hysteresis) and the
+   controller drains a backlog of the same N samples; the clock stops at the last node's
+   `NodeFailed` (its last two samples carry XID 79);
+3. fold: the pure classifier alone, in process (no broker, no decode), on the same samples.
+Samples are what the NVML exporter publishes for a 4-GPU node: every field set, a few nodes
+throttled by the SW power cap and one node in ten with NVLink errors counted.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench._clusters import topology
+from bench.streams import raw_consumer, telemetry
+from rackplane.models import GpuSample, NodeTelemetry
+from rackplane.policies import GpuHealthRules
+
+Progress = Callable[[str], None]
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def nvml_sample(
+    cluster: str, node: str, xid: int | None, at: datetime | None = None
+) -> NodeTelemetry:
+    """A full NVML exporter sample of a 4-GPU node at work."""
+    h = zlib.crc32(node.encode()) % 10
+    return NodeTelemetry(
+        cluster=cluster, node=node, at=at or datetime.now(UTC),
+        gpus=tuple(
+            GpuSample(
+                index=i, uuid=f"GPU-{node}-{i}", model="NVIDIA GB200", pci_bus_id=f"0000:0{i}:00.0",
+                temperature_c=61.0 + i, memory_temperature_c=50.0, power_w=690.5,
+                power_limit_w=700.0,
+                sm_clock_mhz=1485.0, mem_clock_mhz=3201.0, clock_event_reasons=0x4 if h < 3 else 0,
+                gpu_util_pct=100.0, mem_util_pct=25.0, ecc_corrected=0, ecc_uncorrected=0,
+                ecc_corrected_aggregate=0, ecc_uncorrected_aggregate=0,
+                remapped_rows_correctable=0, remapped_rows_uncorrectable=0, remap_pending=False,
+                remap_failure=False, nvlink_up=18, nvlink_down=0, nvlink_errors=3 if h == 0 else 0,
+                pcie_replay=6, xids=(xid,) if xid is not None and i == 0 else (),
+            )
+            for i in range(4)
+        ),
+    )  # fmt: skip
+
+
+def fold(n: int, racks: int = 128) -> dict[str, Any]:
+    t = topology(racks)
+    nodes = [node for r in t.racks for node in r.nodes]
+    samples = [
+        nvml_sample(t.cluster, nodes[i % len(nodes)], None, T0 + timedelta(seconds=i // len(nodes)))
+        for i in range(n)
+    ]
+    rules = GpuHealthRules()
+    t0 = time.perf_counter()
+    for s in samples:
+        rules.classify(s)
+    dt = time.perf_counter() - t0
+    return {"stage": "fold only (in process)", "messages": n, "seconds": dt, "per_second": n / dt}
+
+
+async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[dict[str, Any]]:
+    """Raw consumer, the worker's GPU Manager and the pure fold, on the broker at `url`."""
+    n = 20_000 if quick else 100_000
+    progress("gpu: raw consumer")
+    rows = [await raw_consumer(url, n)]
+    progress("gpu: telemetry through the gpu_manager worker")
+    rows.append(await telemetry(url, n, sampler=nvml_sample, stage="gpu_manager worker"))
+    progress("gpu: the fold alone")
+    rows.append(fold(n))
+    raw = rows[0]["per_second"]
+    for r in rows:
+        r["ratio_to_raw"] = r["per_second"] / raw
+    return rows
+
+
+if __name__ == "__main__":
+    import asyncio
+    import json
+    import sys
+
+    from rackplane.streams import EmbeddedBroker
+
+    target = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else None
+    quick = "--quick" in sys.argv
+    if target is None:
+        with EmbeddedBroker() as b:
+            out = asyncio.run(run_all(b.url, print, quick=quick))
+    else:
+        out = asyncio.run(run_all(target, print, quick=quick))
+    print(json.dumps(out, indent=2))
