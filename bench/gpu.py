@@ -70,7 +70,7 @@ async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[
     """Raw consumer, the worker's GPU Manager and the pure fold, on the broker at `url`."""
     n = 20_000 if quick else 100_000
     progress("gpu: raw consumer")
-    rows = [await raw_consumer(url, n)]
+    rows = [await raw_consumer(url, n, sampler=nvml_sample)]
     progress("gpu: telemetry through the gpu_manager worker")
     rows.append(await telemetry(url, n, sampler=nvml_sample, stage="gpu_manager worker"))
     progress("gpu: the fold alone")

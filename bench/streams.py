@@ -93,11 +93,15 @@ async def _wait_event(config: StreamConfig, cluster: str, pred: Callable[[Any], 
     raise AssertionError("unreachable")
 
 
-async def raw_consumer(url: str, n: int) -> dict[str, Any]:
+Sampler = Callable[[str, str, int | None], NodeTelemetry]
+"""(cluster, node, fatal xid or None) -> a sample."""
+
+
+async def raw_consumer(url: str, n: int, sampler: Sampler | None = None) -> dict[str, Any]:
     config = _config(url)
     await ensure_topics(config)
     cluster = topology(8).cluster
-    value = TELEMETRY.dump_json(_sample(cluster, "r0000n00"))
+    value = TELEMETRY.dump_json((sampler or _sample)(cluster, "r0000n00", None))
     async with Client(config, linger_ms=5) as client:
         await _produce(client, "telemetry", [(b"r0000n00", value)] * n)
     consumer = AIOKafkaConsumer(
@@ -115,10 +119,6 @@ async def raw_consumer(url: str, n: int) -> dict[str, Any]:
         await consumer.stop()
     dt = time.monotonic() - t0
     return {"stage": "raw aiokafka consumer", "messages": n, "seconds": dt, "per_second": n / dt}
-
-
-Sampler = Callable[[str, str, int | None], NodeTelemetry]
-"""(cluster, node, fatal xid or None) -> a sample."""
 
 
 async def telemetry(

@@ -166,7 +166,7 @@ def step(
             raw = h
     # 4. Hysteresis.
     if state.health is Health.FAILED:
-        return state, Verdict(Health.FAILED, "; ".join(state.evidence), state.evidence)
+        return state, _verdict(state)
     window = rules.confirm_window
     if raw is Health.HEALTHY:
         if state.suspect_degraded is None and state.clean_since is not None:
@@ -209,8 +209,15 @@ def _alive(
 _HEALTHY = Verdict(Health.HEALTHY)
 
 
+MAX_CAUSE = 1_000
+"""Characters of evidence in a verdict's cause (commands cap it at 2,000)."""
+
+
 def _verdict(state: NodeHealthState) -> Verdict:
-    return Verdict(state.health, "; ".join(state.evidence), state.evidence)
+    cause = "; ".join(state.evidence)
+    if len(cause) > MAX_CAUSE:
+        cause = f"{cause[: MAX_CAUSE - 40]}... ({len(state.evidence)} findings in all)"
+    return Verdict(state.health, cause, state.evidence)
 
 
 @dataclass

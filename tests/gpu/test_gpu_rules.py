@@ -180,3 +180,11 @@ def test_the_controllers_view_going_from_failed_to_healthy_is_a_repair() -> None
     assert rules.classify(sick(3, xid=79), known=H.FAILED).health is H.FAILED
     # Repaired: the controller says healthy again; the sticky XID 79 is not new.
     assert rules.classify(sick(4, xid=79), known=H.HEALTHY).health is H.HEALTHY
+
+
+def test_the_evidence_of_a_very_sick_node_fits_a_command() -> None:
+    gpus = tuple(gpu(i, temperature_c=99.0, nvlink_down=4, remap_pending=True) for i in range(64))
+    verdicts = fold([node(0, *gpus), node(1, *gpus)])
+    assert verdicts[-1].health is H.DEGRADED
+    assert len(verdicts[-1].cause) <= 1_000 and "findings in all" in verdicts[-1].cause
+    assert len(verdicts[-1].evidence) == 64 * 3
