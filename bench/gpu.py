@@ -5,23 +5,31 @@ In one run on one broker:
 2. gpu_manager: a worker running the GPU Manager (XID table, incidents, hysteresis) and the
    controller drains a backlog of the same N samples; the clock stops at the last node's
    `NodeFailed` (its last two samples carry XID 79);
-3. fold: the pure classifier alone, in process (no broker, no decode), on the same samples.
+3. gpu_manager loop: the same path in process (consumer loop -> `GpuManager.on_telemetry`:
+   decode, replica lookup, classification), timed from the first fetched batch, so worker
+   start-up and the replica rebuild are not counted;
+4. fold: the pure classifier alone, in process (no broker, no decode), on the same samples.
 Samples are what the NVML exporter publishes for a 4-GPU node: every field set, a few nodes
 throttled by the SW power cap and one node in ten with NVLink errors counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
+
 from bench._clusters import topology
-from bench.streams import raw_consumer, telemetry
+from bench.streams import backlog, raw_consumer, telemetry
 from rackplane.models import GpuSample, NodeTelemetry
 from rackplane.policies import GpuHealthRules
+from rackplane.streams.agents import GpuManager, Replicas
+from rackplane.streams.eventlog import EventLog
 
 Progress = Callable[[str], None]
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -66,6 +74,54 @@ def fold(n: int, racks: int = 128) -> dict[str, Any]:
     return {"stage": "fold only (in process)", "messages": n, "seconds": dt, "per_second": n / dt}
 
 
+class _Sent:
+    """A sender that keeps what the manager sends (the loop stage measures classification)."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    async def send(self, *, key: Any = None, value: Any = None) -> Any:
+        self.values.append(value)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+async def manager_loop(url: str, n: int, racks: int = 128) -> dict[str, Any]:
+    """The worker's telemetry path (consumer loop -> GpuManager.on_telemetry) in process, its
+    replica built beforehand: the clock runs from the first fetched batch to the n-th sample."""
+    config, cluster, last = await backlog(url, n, racks, nvml_sample)
+    eventlog = EventLog(config.bootstrap, config.topic("events"))
+    replicas = Replicas(eventlog)
+    await replicas.get(cluster)
+    commands = _Sent()
+    manager = GpuManager(
+        GpuHealthRules(), replicas, commands, commands,
+        topic=config.topic("telemetry"), limit=config.max_message_bytes,
+    )  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        config.topic("telemetry"), bootstrap_servers=config.bootstrap, group_id=None,
+        auto_offset_reset="earliest", fetch_max_wait_ms=50, max_poll_records=5_000,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+    )  # fmt: skip
+    await consumer.start()
+    t0 = 0.0
+    try:
+        while manager.samples < n:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5_000)
+            records = [r for rs in batch.values() for r in rs]
+            if records and not t0:
+                t0 = time.monotonic()
+            await manager.on_telemetry(records)
+    finally:
+        await consumer.stop()
+        await eventlog.stop()
+    dt = time.monotonic() - t0
+    assert any(last.encode() in v for v in commands.values), "the fatal XID was not reported"
+    return {"stage": "gpu_manager loop (in process)", "messages": n, "seconds": dt,
+            "per_second": n / dt}  # fmt: skip
+
+
 async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[dict[str, Any]]:
     """Raw consumer, the worker's GPU Manager and the pure fold, on the broker at `url`."""
     n = 20_000 if quick else 100_000
@@ -73,6 +129,8 @@ async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[
     rows = [await raw_consumer(url, n, sampler=nvml_sample)]
     progress("gpu: telemetry through the gpu_manager worker")
     rows.append(await telemetry(url, n, sampler=nvml_sample, stage="gpu_manager worker"))
+    progress("gpu: the gpu_manager loop in process")
+    rows.append(await manager_loop(url, n))
     progress("gpu: the fold alone")
     rows.append(fold(n))
     raw = rows[0]["per_second"]
@@ -82,7 +140,6 @@ async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[
 
 
 if __name__ == "__main__":
-    import asyncio
     import json
     import sys
 

@@ -101,7 +101,7 @@ async def raw_consumer(url: str, n: int, sampler: Sampler | None = None) -> dict
     config = _config(url)
     await ensure_topics(config)
     cluster = topology(8).cluster
-    value = TELEMETRY.dump_json((sampler or _sample)(cluster, "r0000n00", None))
+    value = TELEMETRY.dump_json((sampler or _sample)(cluster, "r0000n00", None), exclude_none=True)
     async with Client(config, linger_ms=5) as client:
         await _produce(client, "telemetry", [(b"r0000n00", value)] * n)
     consumer = AIOKafkaConsumer(
@@ -121,10 +121,9 @@ async def raw_consumer(url: str, n: int, sampler: Sampler | None = None) -> dict
     return {"stage": "raw aiokafka consumer", "messages": n, "seconds": dt, "per_second": n / dt}
 
 
-async def telemetry(
-    url: str, n: int, racks: int = 128, sampler: Sampler | None = None, stage: str = ""
-) -> dict[str, Any]:
-    make = sampler or _sample
+async def backlog(url: str, n: int, racks: int, make: Sampler) -> tuple[StreamConfig, str, str]:
+    """A registered cluster and n samples waiting on its telemetry topic: (config, cluster,
+    the node whose last two samples carry XID 79)."""
     config = _config(url, policies=(), projections=False)
     await ensure_topics(config)
     t = topology(racks)
@@ -144,20 +143,29 @@ async def telemetry(
         worker.stop()
     # 2. A backlog of n samples; the last two carry a fatal XID (one reading is not enough).
     values = [
-        (node.encode(), TELEMETRY.dump_json(make(t.cluster, node, None)))
+        (node.encode(), TELEMETRY.dump_json(make(t.cluster, node, None), exclude_none=True))
         for node in (nodes[i % len(nodes)] for i in range(n - 2))
     ]
     for _ in range(2):
-        values.append((last.encode(), TELEMETRY.dump_json(make(t.cluster, last, 79))))
+        values.append(
+            (last.encode(), TELEMETRY.dump_json(make(t.cluster, last, 79), exclude_none=True))
+        )
     async with Client(config, linger_ms=5) as client:
         await _produce(client, "telemetry", values)
+    return config, t.cluster, last
+
+
+async def telemetry(
+    url: str, n: int, racks: int = 128, sampler: Sampler | None = None, stage: str = ""
+) -> dict[str, Any]:
+    config, cluster, last = await backlog(url, n, racks, sampler or _sample)
     # 3. A fresh worker drains the backlog: from ready to the last sample's NodeFailed.
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
         t0 = time.monotonic()
         t1 = await asyncio.wait_for(
-            _wait_event(config, t.cluster, lambda e: e.type == "NodeFailed" and e.node == last), 600
+            _wait_event(config, cluster, lambda e: e.type == "NodeFailed" and e.node == last), 600
         )
     finally:
         worker.stop()
