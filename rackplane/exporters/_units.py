@@ -35,7 +35,6 @@ UNITS: dict[str, str] = {
     "xids": "XIDs (since last sample)",
     "fallen_off_bus": "flag",
 }
-_IDENTITY = ("index", "uuid", "model", "pci_bus_id")
 
 
 def describe_gpu(sample: NodeTelemetry, g: GpuSample) -> dict[str, Any]:
@@ -56,8 +55,3 @@ def describe_gpu(sample: NodeTelemetry, g: GpuSample) -> dict[str, Any]:
 def describe(samples: list[NodeTelemetry]) -> list[dict[str, Any]]:
     """Every GPU of every sample, described (see `describe_gpu`)."""
     return [describe_gpu(s, g) for s in samples for g in s.gpus]
-
-
-def supported(g: GpuSample) -> dict[str, Any]:
-    """The readings this GPU supports (not None), by field name."""
-    return {n: getattr(g, n) for n in UNITS if getattr(g, n) is not None and n not in _IDENTITY}
