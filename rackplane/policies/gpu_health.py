@@ -101,6 +101,8 @@ def _xid_phase(
         fresh = new_xids(g, last.get(g.index))
         if g.xid:
             last[g.index] = g.xid
+        elif g.xids is None:
+            last.pop(g.index, None)  # the last-XID reading cleared (an exporter restart)
         for code in fresh:
             action = table.policy(code).action
             if incident is None:
@@ -149,7 +151,7 @@ def step(
         findings.extend(gpu_findings(g, rules.hot_c))
     # 2. XIDs.
     xid_seen = any(g.xid or g.xids for g in sample.gpus)
-    if xid_seen or state.incident is not None or state.incident_starts:
+    if xid_seen or state.incident is not None or state.incident_starts or state.last_xid:
         incident, starts, last = _xid_phase(state, sample, table, rules)
         if incident is not None and HEALTH_OF[incident.action] is not Health.HEALTHY:
             findings.append((HEALTH_OF[incident.action], "xid", _describe(incident, table)))

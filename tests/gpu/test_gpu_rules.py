@@ -90,7 +90,7 @@ def test_a_failed_node_stays_failed_until_repaired() -> None:
     rules = GpuHealthRules()
     for s in (sick(0, xid=79), sick(1, xid=79)):
         rules.classify(s)
-    assert rules.classify(node(3_600)).health is H.FAILED
+    assert rules.classify(sick(3_600, xid=79)).health is H.FAILED  # DCGM: still the last XID
     rules.forget("c1", "r01-n01")
     # The sticky DCGM XID 79 of before the repair is not a new incident.
     assert rules.classify(sick(3_601, xid=79)).health is H.HEALTHY
@@ -188,3 +188,11 @@ def test_the_evidence_of_a_very_sick_node_fits_a_command() -> None:
     assert verdicts[-1].health is H.DEGRADED
     assert len(verdicts[-1].cause) <= 1_000 and "findings in all" in verdicts[-1].cause
     assert len(verdicts[-1].evidence) == 64 * 3
+
+
+def test_a_last_xid_that_cleared_and_comes_back_is_a_new_incident() -> None:
+    table = default_table()
+    state = NodeHealthState()
+    for s in (sick(0, xid=79), sick(1, xid=79), sick(300, xid=None), sick(600, xid=79)):
+        state, _ = step(state, s, table)
+    assert state.incident is not None and state.incident.first_at == sick(600).at
