@@ -50,13 +50,19 @@ async def publish(p: Pipeline, *samples: NodeTelemetry) -> None:
             await (await client.send_telemetry(s))
 
 
+async def registered(p: Pipeline, cluster: str) -> None:
+    """Register and wait for it: samples of nodes the controller does not know are rejected."""
+    await p.register(cluster)
+    await p.events(cluster, lambda es: any(e.type == "TopologyRegistered" for e in es))
+
+
 def of(events: list[Event], kind: type[Event], node: str) -> list[Any]:
     return [e for e in events if isinstance(e, kind) and getattr(e, "node", None) == node]
 
 
 async def test_a_node_goes_degraded_then_failed_and_back_after_repair(pipeline: Pipeline) -> None:
     c = new_cluster()
-    await pipeline.register(c)
+    await registered(pipeline, c)
     n = "r0-n0"
     await publish(
         pipeline,
@@ -103,7 +109,7 @@ def test_kcat_produces_telemetry_that_rackplane_classifies_and_reads_its_events(
     pipeline: Pipeline,
 ) -> None:
     c = new_cluster()
-    asyncio.run(pipeline.register(c))
+    asyncio.run(registered(pipeline, c))
     n = "r1-n2"
     lines = "".join(
         f"{n}|{TELEMETRY.dump_json(sample(c, n, s, xid=48)).decode()}\n" for s in (0, 10)
