@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka lint bench clean
+.PHONY: up demo test test-kafka lint bench clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -28,15 +28,19 @@ up: $(VENV)/.runtime
 demo: $(VENV)/.runtime
 	$(BIN)/rackplane demo
 
+## kcat: the Kafka CLI client for the interop tests, into the venv when not on PATH (no root)
+kcat: | $(BIN)/python
+	@sh scripts/kcat/install.sh $(VENV)
+
 ## test: lint, type-check (strict on the pure core) and run every test (Tansu broker tier too)
-test: $(VENV)/.dev
+test: $(VENV)/.dev kcat
 	$(BIN)/ruff check $(SRC)
 	$(BIN)/ruff format --check $(SRC)
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 ## test-kafka: the broker contract suite against a real Apache Kafka 4.x (KRaft), fetched with Maven
-test-kafka: $(VENV)/.dev
+test-kafka: $(VENV)/.dev kcat
 	$(BIN)/python scripts/kafka/kafka_server.py run -- $(BIN)/pytest -m broker tests/broker tests/streams
 
 ## bench: benchmarks; results go to docs/BENCHMARKS.md by hand, with the machine and date

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the raw rows here")
     parser.add_argument(
         "--only",
-        choices=["placement", "defrag", "sim", "streams", "tui", "history"],
+        choices=["placement", "defrag", "sim", "streams", "gpu", "tui", "history"],
         help="one benchmark",
     )
     args = parser.parse_args(argv)
@@ -115,6 +115,14 @@ def main(argv: list[str] | None = None) -> int:
             from bench.history import run as history
 
             results["history"] = history(100_000 if args.quick else 1_000_000, 125_000, say)
+        if args.only in (None, "gpu"):
+            import asyncio
+
+            from bench import gpu
+            from rackplane.streams import EmbeddedBroker
+
+            with EmbeddedBroker() as broker:
+                results["gpu"] = asyncio.run(gpu.run_all(broker.url, say, quick=args.quick))
     out.print(f"[bold]{results['machine']}[/] — {results['date']}")
     for name, title in (
         ("placement", "Placement latency (ms)"),
@@ -122,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         ("streams", "Streaming pipeline (embedded Tansu)"),
         ("tui", "Console: cluster view refresh after one event (ms)"),
         ("history", "History: DuckDB ingest and replay"),
+        ("gpu", "GPU Manager: telemetry classified (embedded Tansu)"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

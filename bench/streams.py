@@ -93,11 +93,15 @@ async def _wait_event(config: StreamConfig, cluster: str, pred: Callable[[Any], 
     raise AssertionError("unreachable")
 
 
-async def raw_consumer(url: str, n: int) -> dict[str, Any]:
+Sampler = Callable[[str, str, int | None], NodeTelemetry]
+"""(cluster, node, fatal xid or None) -> a sample."""
+
+
+async def raw_consumer(url: str, n: int, sampler: Sampler | None = None) -> dict[str, Any]:
     config = _config(url)
     await ensure_topics(config)
     cluster = topology(8).cluster
-    value = TELEMETRY.dump_json(_sample(cluster, "r0000n00"))
+    value = TELEMETRY.dump_json((sampler or _sample)(cluster, "r0000n00", None), exclude_none=True)
     async with Client(config, linger_ms=5) as client:
         await _produce(client, "telemetry", [(b"r0000n00", value)] * n)
     consumer = AIOKafkaConsumer(
@@ -117,7 +121,9 @@ async def raw_consumer(url: str, n: int) -> dict[str, Any]:
     return {"stage": "raw aiokafka consumer", "messages": n, "seconds": dt, "per_second": n / dt}
 
 
-async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
+async def backlog(url: str, n: int, racks: int, make: Sampler) -> tuple[StreamConfig, str, str]:
+    """A registered cluster and n samples waiting on its telemetry topic: (config, cluster,
+    the node whose last two samples carry XID 79)."""
     config = _config(url, policies=(), projections=False)
     await ensure_topics(config)
     t = topology(racks)
@@ -135,27 +141,37 @@ async def telemetry(url: str, n: int, racks: int = 128) -> dict[str, Any]:
         )
     finally:
         worker.stop()
-    # 2. A backlog of n samples; the last one carries a fatal XID.
+    # 2. A backlog of n samples; the last two carry a fatal XID (one reading is not enough).
     values = [
-        (node.encode(), TELEMETRY.dump_json(_sample(t.cluster, node)))
-        for node in (nodes[i % len(nodes)] for i in range(n - 1))
+        (node.encode(), TELEMETRY.dump_json(make(t.cluster, node, None), exclude_none=True))
+        for node in (nodes[i % len(nodes)] for i in range(n - 2))
     ]
-    values.append((last.encode(), TELEMETRY.dump_json(_sample(t.cluster, last, xid=79))))
+    for _ in range(2):
+        values.append(
+            (last.encode(), TELEMETRY.dump_json(make(t.cluster, last, 79), exclude_none=True))
+        )
     async with Client(config, linger_ms=5) as client:
         await _produce(client, "telemetry", values)
+    return config, t.cluster, last
+
+
+async def telemetry(
+    url: str, n: int, racks: int = 128, sampler: Sampler | None = None, stage: str = ""
+) -> dict[str, Any]:
+    config, cluster, last = await backlog(url, n, racks, sampler or _sample)
     # 3. A fresh worker drains the backlog: from ready to the last sample's NodeFailed.
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
         t0 = time.monotonic()
         t1 = await asyncio.wait_for(
-            _wait_event(config, t.cluster, lambda e: e.type == "NodeFailed" and e.node == last), 600
+            _wait_event(config, cluster, lambda e: e.type == "NodeFailed" and e.node == last), 600
         )
     finally:
         worker.stop()
     dt = t1 - t0
     return {
-        "stage": "telemetry through gpu_manager",
+        "stage": stage or "telemetry through gpu_manager",
         "messages": n,
         "seconds": dt,
         "per_second": n / dt,

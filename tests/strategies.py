@@ -95,6 +95,9 @@ def _for(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
         args = get_args(annotation)
         b = _bounds(metadata)
         return st.lists(_for(args[0], []), min_size=b.get("min_length", 0), max_size=4).map(tuple)
+    if origin is dict:
+        key, value = get_args(annotation)
+        return st.dictionaries(_for(key, []), _for(value, []), max_size=3)
     if annotation is type(None):
         return st.none()
     if isinstance(annotation, type) and issubclass(annotation, Enum):

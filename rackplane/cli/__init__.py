@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from rackplane import __version__
-from rackplane.cli import _client, _history, _replay, _sim, _streams, _tui, _up
+from rackplane.cli import _client, _exporter, _history, _replay, _sim, _streams, _tui, _up
 from rackplane.cli._config import config_app
 from rackplane.cli._demo import demo
 from rackplane.cli._topology import topology_app
@@ -24,6 +24,7 @@ _streams.register(app)
 _client.register(app)
 _up.register(app)
 _sim.register(app)
+_exporter.register(app)
 _tui.register(app)
 _replay.register(app)
 _history.register(app)

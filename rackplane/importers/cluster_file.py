@@ -16,6 +16,7 @@ The format::
       - {id: r001, pod: pod01, nodes: "gb-r001-n[01-18]"}   # hostlist or list of names
     policy:                       # optional; fields of PolicySettings
       spares_per_rack: 2
+      xid_actions: {94: reboot_node}   # GPU Manager: override the XID table's action
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ from rackplane.models.values import (
     RackHealth,
     RejectionCode,
     SliceAssignment,
+    XidAction,
 )
 
 __all__ = [
@@ -150,5 +151,6 @@ __all__ = [
     "TopologyIndex",
     "TopologyRegistered",
     "UncordonNode",
+    "XidAction",
     "slice_sizes",
 ]

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rackplane.models._ids import Actor
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE
+from rackplane.models.values import XidAction
 
 
 class PolicySettings(BaseModel):
@@ -40,3 +41,5 @@ class PolicySettings(BaseModel):
     allowing interactive preemption) or re-register the topology, preempt jobs or trigger a
     defrag by hand, cancel another owner's job. None (the default) keeps no list and lets every
     actor do them, for a single operator's test setup; set it in production."""
+    xid_actions: dict[int, XidAction] = Field(default_factory=dict)
+    """Operator overrides of the GPU Manager's XID policy table: XID -> action."""

@@ -27,6 +27,21 @@ class RackHealth(StrEnum):
     FAILED = "failed"
 
 
+class XidAction(StrEnum):
+    """What an XID asks of the operator, mildest first (the GPU Manager's XID policy table)."""
+
+    NONE = "none"
+    """Informational: nothing to do."""
+    RESTART_APP = "restart_app"
+    """The application faulted; the GPU is fine."""
+    RESET_GPU = "reset_gpu"
+    """The GPU must be reset before it runs work again."""
+    REBOOT_NODE = "reboot_node"
+    """The node must be rebooted."""
+    DRAIN_AND_REPLACE = "drain_and_replace"
+    """Hardware inspection: drain the node and replace the part."""
+
+
 class JobStatus(StrEnum):
     """Where a job is in its life. Final: completed, failed, cancelled."""
 

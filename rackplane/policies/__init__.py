@@ -2,6 +2,7 @@
 
 from rackplane.policies.controller import Rejected, decide
 from rackplane.policies.defrag import Defrag, DefragPlan, plan_defrag
+from rackplane.policies.gpu_health import GpuHealthRules, HealthRules, NodeHealthState, step
 from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_placement
 from rackplane.policies.presets import PRESETS, default_policies, preset
 from rackplane.policies.spare_swap import SpareSwap
@@ -12,7 +13,10 @@ __all__ = [
     "Capacity",
     "Defrag",
     "DefragPlan",
+    "GpuHealthRules",
+    "HealthRules",
     "NaiveScheduler",
+    "NodeHealthState",
     "Placement",
     "Rejected",
     "SpareSwap",
@@ -24,4 +28,5 @@ __all__ = [
     "plan_defrag",
     "preset",
     "schedule",
+    "step",
 ]

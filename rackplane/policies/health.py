@@ -1,7 +1,8 @@
 """GPU health classification: telemetry in, a node verdict out. Pure.
 
-`SimpleRules` is the rule set the streaming pipeline starts with; the exporters issue brings
-the full XID policy table behind the same `HealthClassifier` interface.
+`SimpleRules` is the stateless rule set the streaming pipeline started with; the GPU Manager
+(`gpu_health.GpuHealthRules`: the XID policy table, incidents, hysteresis) runs behind the same
+`HealthClassifier` interface and is the worker's default.
 
 Rules (the worst verdict over the node's GPUs wins):
 - failed: the GPU fell off the bus; an uncorrectable ECC error; an XID that DCGM's health
@@ -12,10 +13,11 @@ Rules (the worst verdict over the node's GPUs wins):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from rackplane.models import GpuSample, Health, NodeTelemetry
+from rackplane.models import GpuSample, Health, NodeTelemetry, XidAction
 
 FATAL_XIDS = frozenset({48, 74, 79, 95, 119, 120, 140})
 
@@ -26,17 +28,36 @@ class Verdict:
 
     health: Health
     cause: str = ""
+    evidence: tuple[str, ...] = ()
+    """The findings behind the verdict, one line each (`cause` joins them)."""
 
 
 class HealthClassifier(Protocol):
     """Turns one node sample into a verdict."""
 
-    def classify(self, sample: NodeTelemetry) -> Verdict:
-        """The node's health according to this sample."""
+    def classify(
+        self,
+        sample: NodeTelemetry,
+        *,
+        known: Health | None = None,
+        overrides: Mapping[int, XidAction] | None = None,
+    ) -> Verdict:
+        """The node's health after this sample.
+
+        Args:
+            sample: the node's telemetry.
+            known: the controller's view of the node (a failed node stays failed).
+            overrides: the cluster's operator overrides of the XID policy table.
+        """
+        ...
+
+    def forget(self, cluster: str, node: str) -> None:
+        """The node was repaired: drop what was remembered about it."""
         ...
 
 
-_RANK = {Health.HEALTHY: 0, Health.DEGRADED: 1, Health.FAILED: 2}
+RANK = {Health.HEALTHY: 0, Health.DEGRADED: 1, Health.FAILED: 2}
+"""Severity order of health verdicts."""
 
 
 @dataclass(frozen=True)
@@ -45,14 +66,23 @@ class SimpleRules:
 
     hot_c: float = 90.0
 
-    def classify(self, sample: NodeTelemetry) -> Verdict:
-        """The worst verdict over the node's GPUs."""
+    def classify(
+        self,
+        sample: NodeTelemetry,
+        *,
+        known: Health | None = None,
+        overrides: Mapping[int, XidAction] | None = None,
+    ) -> Verdict:
+        """The worst verdict over the node's GPUs (stateless: `known` and `overrides` unused)."""
         worst = Verdict(Health.HEALTHY)
         for g in sample.gpus:
             v = self._gpu(g)
-            if _RANK[v.health] > _RANK[worst.health]:
+            if RANK[v.health] > RANK[worst.health]:
                 worst = v
         return worst
+
+    def forget(self, cluster: str, node: str) -> None:
+        """Stateless: nothing to forget."""
 
     def _gpu(self, g: GpuSample) -> Verdict:
         index = g.index

@@ -257,6 +257,8 @@ class GpuManager:
                         # The controller's view changed (a repair, another reporter): compare
                         # the next verdict with that, not with what this manager last said.
                         self.reported.pop((cluster, node), None)
+                        if e.type == "NodeRepaired":
+                            self.classifier.forget(cluster, node)
             self.replicas.put(state)
 
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
@@ -292,7 +294,9 @@ class GpuManager:
                 )
                 continue
             key = (sample.cluster, sample.node)
-            verdict = self.classifier.classify(sample)
+            verdict = self.classifier.classify(
+                sample, known=node.health, overrides=state.settings.xid_actions
+            )
             if verdict.health is self.reported.get(key, node.health):
                 continue
             self.reported[key] = verdict.health

@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
-from rackplane.policies.health import HealthClassifier, SimpleRules
+from rackplane.policies.gpu_health import GpuHealthRules
+from rackplane.policies.health import HealthClassifier
 from rackplane.projections import state_digest
 from rackplane.streams import _faust_fixes
 from rackplane.streams.agents import Controller, GpuManager, PolicyRunner, Replicas
@@ -127,7 +128,7 @@ def create_app(
     loops: list[TelemetryLoop] = []
     if config.gpu_manager:
         manager = GpuManager(
-            classifier or SimpleRules(),
+            classifier or GpuHealthRules(),
             replica(),
             FastSender(shared, commands.get_topic_name()),  # outside Faust: not transactional
             FastSender(shared, rejected.get_topic_name()),

@@ -75,7 +75,7 @@ class Client:
         """Publish a node sample keyed by node (returns the delivery future)."""
         return await self.producer.send(
             self.config.topic("telemetry"),
-            value=TELEMETRY.dump_json(sample),
+            value=TELEMETRY.dump_json(sample, exclude_none=True),  # None = unsupported = default
             key=sample.node.encode(),
         )
 

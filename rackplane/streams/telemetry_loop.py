@@ -70,6 +70,9 @@ class TelemetryLoop:
             heartbeat_interval_ms=1_000,
             fetch_max_wait_ms=50,
             max_poll_records=self.max_records,
+            # A full NVML sample of a 4-GPU node is ~1.5 KB: the 1 MiB default would cap a
+            # fetch at a few hundred samples.
+            max_partition_fetch_bytes=16 * 1024 * 1024,
         )
         await consumer.start()
         loop = asyncio.get_running_loop()

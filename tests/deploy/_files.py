@@ -16,9 +16,6 @@ COMPOSE = DEPLOY / "compose" / "compose.yaml"
 K8S_BASE = DEPLOY / "k8s" / "base"
 COMPOSE_SCHEMA = ROOT / "tests" / "fixtures" / "schemas" / "compose-spec.json"
 
-PENDING_COMMANDS = {"exporter": "issue 7 (exporters)"}
-"""Commands the deploy files run that other branches add; drop each once merged."""
-
 
 def compose() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())

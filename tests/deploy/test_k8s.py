@@ -19,14 +19,13 @@ from rackplane.config import load_settings
 from rackplane.importers import parse_cluster_file
 from tests.deploy._files import (
     K8S_BASE,
-    PENDING_COMMANDS,
     k8s_resources,
     kustomization,
     of_kind,
     pod_specs,
     selects,
 )
-from tests.deploy.test_compose_and_image import cli_commands
+from tests.deploy.test_compose_and_image import cli_commands, cli_errors
 
 VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
 KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "labels", "images", "resources"}
@@ -97,12 +96,13 @@ def test_the_exporter_runs_on_gpu_nodes_and_scrapes_dcgm_on_its_node() -> None:
 
 
 def test_pods_are_locked_down_and_take_kafka_credentials_from_the_secret() -> None:
-    known = cli_commands() | set(PENDING_COMMANDS)
+    known = cli_commands()
     for name, spec in pod_specs():
         assert spec["automountServiceAccountToken"] is False
         assert spec["securityContext"]["runAsNonRoot"] is True
         for c in spec["containers"]:
             assert c["args"][0] in known, f"{name}: rackplane has no command {c['args'][0]!r}"
+            assert cli_errors(c["args"]) is None, f"{name}: {cli_errors(c['args'])}"
             sc = c["securityContext"]
             assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
             assert sc["capabilities"]["drop"] == ["ALL"]

@@ -1,0 +1,155 @@
+"""The GPU Manager's throughput: telemetry classified per second, beside the raw consumer.
+
+In one run on one broker:
+1. raw: a plain aiokafka consumer reading N pre-produced full NVML-shaped samples (the ceiling);
+2. gpu_manager: a worker running the GPU Manager (XID table, incidents, hysteresis) and the
+   controller drains a backlog of the same N samples; the clock stops at the last node's
+   `NodeFailed` (its last two samples carry XID 79);
+3. gpu_manager loop: the same path in process (consumer loop -> `GpuManager.on_telemetry`:
+   decode, replica lookup, classification), timed from the first fetched batch, so worker
+   start-up and the replica rebuild are not counted;
+4. fold: the pure classifier alone, in process (no broker, no decode), on the same samples.
+Samples are what the NVML exporter publishes for a 4-GPU node: every field set, a few nodes
+throttled by the SW power cap and one node in ten with NVLink errors counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from bench._clusters import topology
+from bench.streams import backlog, raw_consumer, telemetry
+from rackplane.models import GpuSample, NodeTelemetry
+from rackplane.policies import GpuHealthRules
+from rackplane.streams.agents import GpuManager, Replicas
+from rackplane.streams.eventlog import EventLog
+
+Progress = Callable[[str], None]
+T0 = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def nvml_sample(
+    cluster: str, node: str, xid: int | None, at: datetime | None = None
+) -> NodeTelemetry:
+    """A full NVML exporter sample of a 4-GPU node at work."""
+    h = zlib.crc32(node.encode()) % 10
+    return NodeTelemetry(
+        cluster=cluster, node=node, at=at or datetime.now(UTC),
+        gpus=tuple(
+            GpuSample(
+                index=i, uuid=f"GPU-{node}-{i}", model="NVIDIA GB200", pci_bus_id=f"0000:0{i}:00.0",
+                temperature_c=61.0 + i, memory_temperature_c=50.0, power_w=690.5,
+                power_limit_w=700.0,
+                sm_clock_mhz=1485.0, mem_clock_mhz=3201.0, clock_event_reasons=0x4 if h < 3 else 0,
+                gpu_util_pct=100.0, mem_util_pct=25.0, ecc_corrected=0, ecc_uncorrected=0,
+                ecc_corrected_aggregate=0, ecc_uncorrected_aggregate=0,
+                remapped_rows_correctable=0, remapped_rows_uncorrectable=0, remap_pending=False,
+                remap_failure=False, nvlink_up=18, nvlink_down=0, nvlink_errors=3 if h == 0 else 0,
+                pcie_replay=6, xids=(xid,) if xid is not None and i == 0 else (),
+            )
+            for i in range(4)
+        ),
+    )  # fmt: skip
+
+
+def fold(n: int, racks: int = 128) -> dict[str, Any]:
+    t = topology(racks)
+    nodes = [node for r in t.racks for node in r.nodes]
+    samples = [
+        nvml_sample(t.cluster, nodes[i % len(nodes)], None, T0 + timedelta(seconds=i // len(nodes)))
+        for i in range(n)
+    ]
+    rules = GpuHealthRules()
+    t0 = time.perf_counter()
+    for s in samples:
+        rules.classify(s)
+    dt = time.perf_counter() - t0
+    return {"stage": "fold only (in process)", "messages": n, "seconds": dt, "per_second": n / dt}
+
+
+class _Sent:
+    """A sender that keeps what the manager sends (the loop stage measures classification)."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    async def send(self, *, key: Any = None, value: Any = None) -> Any:
+        self.values.append(value)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+async def manager_loop(url: str, n: int, racks: int = 128) -> dict[str, Any]:
+    """The worker's telemetry path (consumer loop -> GpuManager.on_telemetry) in process, its
+    replica built beforehand: the clock runs from the first fetched batch to the n-th sample."""
+    config, cluster, last = await backlog(url, n, racks, nvml_sample)
+    eventlog = EventLog(config.bootstrap, config.topic("events"))
+    replicas = Replicas(eventlog)
+    await replicas.get(cluster)
+    commands = _Sent()
+    manager = GpuManager(
+        GpuHealthRules(), replicas, commands, commands,
+        topic=config.topic("telemetry"), limit=config.max_message_bytes,
+    )  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        config.topic("telemetry"), bootstrap_servers=config.bootstrap, group_id=None,
+        auto_offset_reset="earliest", fetch_max_wait_ms=50, max_poll_records=5_000,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+    )  # fmt: skip
+    await consumer.start()
+    t0 = 0.0
+    try:
+        while manager.samples < n:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5_000)
+            records = [r for rs in batch.values() for r in rs]
+            if records and not t0:
+                t0 = time.monotonic()
+            await manager.on_telemetry(records)
+    finally:
+        await consumer.stop()
+        await eventlog.stop()
+    dt = time.monotonic() - t0
+    assert any(last.encode() in v for v in commands.values), "the fatal XID was not reported"
+    return {"stage": "gpu_manager loop (in process)", "messages": n, "seconds": dt,
+            "per_second": n / dt}  # fmt: skip
+
+
+async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[dict[str, Any]]:
+    """Raw consumer, the worker's GPU Manager and the pure fold, on the broker at `url`."""
+    n = 20_000 if quick else 100_000
+    progress("gpu: raw consumer")
+    rows = [await raw_consumer(url, n, sampler=nvml_sample)]
+    progress("gpu: telemetry through the gpu_manager worker")
+    rows.append(await telemetry(url, n, sampler=nvml_sample, stage="gpu_manager worker"))
+    progress("gpu: the gpu_manager loop in process")
+    rows.append(await manager_loop(url, n))
+    progress("gpu: the fold alone")
+    rows.append(fold(n))
+    raw = rows[0]["per_second"]
+    for r in rows:
+        r["ratio_to_raw"] = r["per_second"] / raw
+    return rows
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    from rackplane.streams import EmbeddedBroker
+
+    target = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else None
+    quick = "--quick" in sys.argv
+    if target is None:
+        with EmbeddedBroker() as b:
+            out = asyncio.run(run_all(b.url, print, quick=quick))
+    else:
+        out = asyncio.run(run_all(target, print, quick=quick))
+    print(json.dumps(out, indent=2))
