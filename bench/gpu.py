@@ -91,7 +91,7 @@ async def manager_loop(url: str, n: int, racks: int = 128) -> dict[str, Any]:
     """The worker's telemetry path (consumer loop -> GpuManager.on_telemetry) in process, its
     replica built beforehand: the clock runs from the first fetched batch to the n-th sample."""
     config, cluster, last = await backlog(url, n, racks, nvml_sample)
-    eventlog = EventLog(config.bootstrap, config.topic("events"))
+    eventlog = EventLog(config.kafka_options(), config.topic("events"))
     replicas = Replicas(eventlog)
     await replicas.get(cluster)
     commands = _Sent()

@@ -9,8 +9,9 @@ Algorithm overview (`plan_defrag`):
    multiplied by 1 + its earlier preemptions (the same job is not moved again and again).
 2. Options. For each slice of the blocked job, every healthy rack not reserved for another job
    offers options: nothing to do when it already has room, else each minimal set of its victims
-   whose nodes make room. Options are ranked by cost, then fewer victims, then fabric distance
-   to the slices already chosen.
+   whose nodes make room, alone or with up to `MAX_EXTRAS` (3) extra victims elsewhere whose
+   leaving lets the others be re-placed (a plan needing more is not searched). Options are
+   ranked by cost, then fewer victims, then fabric distance to the slices already chosen.
 3. Validation. An option is taken only if every victim chosen so far can be placed again at
    once, outside the target racks, with the placement the scheduler itself uses; the first
    valid option in rank order wins (for a one-slice job, the cheapest valid plan among the
