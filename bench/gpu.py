@@ -124,7 +124,7 @@ async def manager_loop(url: str, n: int, racks: int = 128) -> dict[str, Any]:
 
 async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[dict[str, Any]]:
     """Raw consumer, the worker's GPU Manager and the pure fold, on the broker at `url`."""
-    n = 20_000 if quick else 100_000
+    n = 5_000 if quick else 20_000  # 100k NVML-sized samples took Tansu 15+ min to take in
     progress("gpu: raw consumer")
     rows = [await raw_consumer(url, n, sampler=nvml_sample)]
     progress("gpu: telemetry through the gpu_manager worker")
