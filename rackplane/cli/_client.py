@@ -12,7 +12,7 @@ import getpass
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -61,6 +61,24 @@ def _settings(
 
 def _actor(s: RackplaneSettings) -> str:
     return s.actor or f"operator:{getpass.getuser()}"
+
+
+def _issue(
+    kind: type[Command],
+    cluster: str,
+    *,
+    config_file: Path | None,
+    broker: str | None,
+    prefix: str | None,
+    actor: str | None,
+    timeout: float,
+    json_out: bool,
+    **fields: Any,
+) -> None:
+    """Build a `kind` command from the settings' actor and `fields`, send it, print its events."""
+    s = _settings(config_file, broker, prefix, actor)
+    command = kind(id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), **fields)
+    _send(s, command, timeout, json_out)
 
 
 def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool) -> None:
@@ -199,11 +217,18 @@ def cancel(
     config_file: ConfigFile = None,
 ) -> None:
     """Cancel a job."""
-    s = _settings(config_file, broker, prefix, actor)
-    command = CancelJob(
-        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), job=job, reason=reason
+    _issue(
+        CancelJob,
+        cluster,
+        config_file=config_file,
+        broker=broker,
+        prefix=prefix,
+        actor=actor,
+        timeout=timeout,
+        json_out=json_out,
+        job=job,
+        reason=reason,
     )
-    _send(s, command, timeout, json_out)
 
 
 def cordon(
@@ -218,11 +243,18 @@ def cordon(
     config_file: ConfigFile = None,
 ) -> None:
     """Keep new work off a node."""
-    s = _settings(config_file, broker, prefix, actor)
-    command = CordonNode(
-        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), node=node, reason=reason
+    _issue(
+        CordonNode,
+        cluster,
+        config_file=config_file,
+        broker=broker,
+        prefix=prefix,
+        actor=actor,
+        timeout=timeout,
+        json_out=json_out,
+        node=node,
+        reason=reason,
     )
-    _send(s, command, timeout, json_out)
 
 
 def uncordon(
@@ -236,11 +268,17 @@ def uncordon(
     config_file: ConfigFile = None,
 ) -> None:
     """Let a cordoned node take work again."""
-    s = _settings(config_file, broker, prefix, actor)
-    command = UncordonNode(
-        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), node=node
+    _issue(
+        UncordonNode,
+        cluster,
+        config_file=config_file,
+        broker=broker,
+        prefix=prefix,
+        actor=actor,
+        timeout=timeout,
+        json_out=json_out,
+        node=node,
     )
-    _send(s, command, timeout, json_out)
 
 
 def health(
@@ -256,16 +294,19 @@ def health(
     config_file: ConfigFile = None,
 ) -> None:
     """Report a node's health (as an operator)."""
-    s = _settings(config_file, broker, prefix, actor)
-    command = ReportNodeHealth(
-        id=f"cli-{uuid.uuid4().hex}",
-        cluster=cluster,
-        actor=_actor(s),
+    _issue(
+        ReportNodeHealth,
+        cluster,
+        config_file=config_file,
+        broker=broker,
+        prefix=prefix,
+        actor=actor,
+        timeout=timeout,
+        json_out=json_out,
         node=node,
         health=state,
         cause=cause,
     )
-    _send(s, command, timeout, json_out)
 
 
 def repair(
@@ -280,11 +321,18 @@ def repair(
     config_file: ConfigFile = None,
 ) -> None:
     """Return a failed node to service after a repair (a health report cannot)."""
-    s = _settings(config_file, broker, prefix, actor)
-    command = RepairNode(
-        id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), node=node, note=note
+    _issue(
+        RepairNode,
+        cluster,
+        config_file=config_file,
+        broker=broker,
+        prefix=prefix,
+        actor=actor,
+        timeout=timeout,
+        json_out=json_out,
+        node=node,
+        note=note,
     )
-    _send(s, command, timeout, json_out)
 
 
 def allow_interactive(
