@@ -35,15 +35,13 @@ class ActionsApp(App[None]):
     position: int
     interactive_once: bool
     sent: list[Command]
+    refresh_views: Callable[[], None]
+    """Show the state at the position (`ConsoleApp` defines it)."""
 
     @property
     def state(self) -> ClusterState | None:
         """The state at the shown position."""
         return self.timeline.state_at(self.position) if self.timeline else None
-
-    def refresh_views(self) -> None:
-        """Show the state at the position (the console does)."""
-        raise NotImplementedError
 
     # -- actions ------------------------------------------------------------------------------
 
