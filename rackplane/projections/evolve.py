@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from immutables import Map
@@ -490,11 +489,11 @@ def _node_repaired(b: _Builder, e: NodeRepaired) -> None:
 
 
 def _rack_failed(b: _Builder, e: RackFailed) -> None:
-    b.racks[e.rack] = replace(b.racks[e.rack], health=RackHealth.FAILED, cause=e.cause)
+    b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.FAILED, cause=e.cause)
 
 
 def _rack_recovered(b: _Builder, e: RackRecovered) -> None:
-    b.racks[e.rack] = replace(b.racks[e.rack], health=RackHealth.HEALTHY, cause=e.cause)
+    b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.HEALTHY, cause=e.cause)
 
 
 def _node_swapped(b: _Builder, e: NodeSwapped) -> None:
@@ -503,7 +502,7 @@ def _node_swapped(b: _Builder, e: NodeSwapped) -> None:
     nodes = tuple(e.new_node if n == e.old_node else n for n in old.nodes)
     b.release([e.old_node])
     b.assign(job.id, e.slice, [e.new_node])
-    job = b.replace_slice(job, replace(old, nodes=nodes, racks=_racks_of(b, nodes)))
+    job = b.replace_slice(job, old._replace(nodes=nodes, racks=_racks_of(b, nodes)))
     b.put_job(_job_with(job, swaps=job.swaps + 1))
 
 
@@ -512,7 +511,7 @@ def _slice_migrated(b: _Builder, e: SliceMigrated) -> None:
     old = job.slices[e.slice]
     b.release(old.nodes)
     b.assign(job.id, e.slice, e.new_nodes)
-    new = replace(old, nodes=e.new_nodes, racks=_racks_of(b, e.new_nodes))
+    new = old._replace(nodes=e.new_nodes, racks=_racks_of(b, e.new_nodes))
     job = b.replace_slice(job, new)
     restarted = e.at if job.run_since is not None else None
     b.put_job(_job_with(job, migrations=job.migrations + 1, run_since=restarted))
@@ -525,7 +524,7 @@ def _slice_degraded(b: _Builder, e: SliceDegraded) -> None:
     removed = set(e.removed)
     nodes = tuple(n for n in old.nodes if n not in removed)
     b.release(e.removed)
-    b.put_job(b.replace_slice(job, replace(old, nodes=nodes, racks=_racks_of(b, nodes))))
+    b.put_job(b.replace_slice(job, old._replace(nodes=nodes, racks=_racks_of(b, nodes))))
 
 
 def _defrag_planned(b: _Builder, e: DefragPlanned) -> None:
