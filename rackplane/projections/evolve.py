@@ -84,9 +84,7 @@ def evolve(state: ClusterState, event: Event) -> ClusterState:
     """
     if not _is_next(state.cluster, state.seq, event):
         return state
-    b = _Builder(state)
-    b.apply(event)
-    return b.finish()
+    return _fold(state, (event,))
 
 
 def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
@@ -109,16 +107,21 @@ def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
 
 def _fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
     b = _Builder(state)
-    cluster = state.cluster
+    cluster, handlers, registered = state.cluster, _HANDLERS, TopologyRegistered
     for event in events:
+        seq = event.seq
         # the usual case (the next event of this cluster) in one comparison
-        unusual = event.seq != b.seq + 1 or event.cluster != cluster
+        unusual = seq != b.seq + 1 or event.cluster != cluster
         if unusual and not _is_next(cluster, b.seq, event):
             continue
-        if isinstance(event, TopologyRegistered):
-            b = _Builder(evolve(b.finish(), event))
-        else:
-            b.apply(event)
+        kind = type(event)
+        if kind is registered:
+            b = _Builder(b.finish())  # a registration reads the state before it
+        handlers[kind](b, event)
+        command = event.causation_id
+        if command is not None:
+            b.remember(command, seq)
+        b.seq, b.at = seq, event.at
     return b.finish()
 
 
@@ -164,14 +167,6 @@ class _Builder:
         """Job and slice of nodes whose assignment changed, not yet in `nodes`."""
         self.free: dict[RackId, set[NodeId]] = {}
         """Free index of racks whose index changed, not yet in `racks`."""
-
-    def apply(self, event: Event) -> None:
-        """Apply one event (the next one: the caller checked its seq)."""
-        _HANDLERS[type(event)](self, event)
-        command = event.causation_id
-        if command is not None:
-            self.remember(command, event.seq)
-        self.seq, self.at = event.seq, event.at
 
     def remember(self, command: str, seq: int) -> None:
         """`SeenCommands.add`, on the builder's own copy."""
