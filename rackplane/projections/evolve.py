@@ -90,7 +90,7 @@ def evolve(state: ClusterState, event: Event) -> ClusterState:
 def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
     """Apply events in order (a replay): the state `evolve` would give event by event, without
     building the states in between (one builder takes a run of events; a registration, which
-    reads the state before it, goes through `evolve`). Raises as `evolve` does.
+    reads the state before it, starts a new one). Raises as `evolve` does.
 
     The cyclic garbage collector is paused while it runs: folding allocates only acyclic
     objects (refcounting frees them all), and the collector's passes over a large heap (a
