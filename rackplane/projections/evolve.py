@@ -8,12 +8,12 @@ mis-routed: that raises (a programming or infrastructure error, not a domain out
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from immutables import Map
 
+from rackplane._gc import cycle_collection_paused
 from rackplane.models import (
     ClusterId,
     CommandIgnored,
@@ -96,13 +96,8 @@ def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
     objects (refcounting frees them all), and the collector's passes over a large heap (a
     decoded log of a million events) find nothing and cost time that grows with the heap.
     Cycles that `events` itself creates (a lazy decoder) wait for the end of the fold."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with cycle_collection_paused():
         return _fold(state, events)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
