@@ -41,8 +41,15 @@ def utcnow() -> datetime:
 class Replicas:
     """Per-cluster states of one agent, rebuilt from the event log on first use."""
 
-    def __init__(self, eventlog: EventLog) -> None:
+    def __init__(
+        self, eventlog: EventLog, *, after_rebuild: Callable[[], object] = lambda: None
+    ) -> None:
+        """Args:
+        eventlog: where states are rebuilt from.
+        after_rebuild: called after each rebuild (the worker settles its heap there).
+        """
         self.eventlog = eventlog
+        self.after_rebuild = after_rebuild
         self.states: dict[str, ClusterState] = {}
 
     async def get(self, cluster: str) -> tuple[ClusterState, list[Event]]:
@@ -52,6 +59,7 @@ class Replicas:
             return state, []
         rebuilt = await self.eventlog.rebuild(cluster)
         self.states[cluster] = rebuilt.state
+        self.after_rebuild()
         log.info("rebuilt %s at seq %d from the event log", cluster, rebuilt.state.seq)
         return rebuilt.state, rebuilt.events
 

@@ -47,16 +47,25 @@ class Rebuilt:
 class EventLog:
     """Rebuilds cluster states from the events topic (one reader per agent)."""
 
-    def __init__(self, kafka: dict[str, Any], topic: str, *, read_committed: bool = False) -> None:
+    def __init__(
+        self,
+        kafka: dict[str, Any],
+        topic: str,
+        *,
+        read_committed: bool = False,
+        fetch_wait_ms: int = 5,
+    ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
         topic: the events topic.
         read_committed: skip aborted transactions (exactly-once mode writes events in
             transactions).
+        fetch_wait_ms: the reader's fetch wait (`StreamConfig.fetch_wait_ms`).
         """
         self.kafka = kafka
         self.topic = topic
         self.read_committed = read_committed
+        self.fetch_wait_ms = fetch_wait_ms
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
@@ -92,7 +101,7 @@ class EventLog:
             **self.kafka,
             enable_auto_commit=False,
             group_id=None,
-            fetch_max_wait_ms=50,
+            fetch_max_wait_ms=self.fetch_wait_ms,
             isolation_level="read_committed" if self.read_committed else "read_uncommitted",
         )
         await consumer.start()
