@@ -5,6 +5,13 @@ fetch only when the wait runs out if nothing was there when it arrived (no early
 every hop through the pipeline cost ~0.75 s on average (seen: 0.7-1.7 s per command). The
 worker's consumer takes the app's `StreamConfig.fetch_wait_ms` instead (set by `use_fetch_wait`);
 on Apache Kafka, fetches return as soon as data arrives either way.
+
+Start-up spinner: at log level WARNING and above, Faust's worker draws a progress spinner
+that turns on every log record, and to see them all it sets the root logger to DEBUG, for
+good: every `log.debug` of aiokafka, mode and Faust then builds a record that no handler
+prints (aiokafka's producer logs one per message sent: 10,220 records in a 22 s profile of
+the latency benchmark), and the worker's log file fills with terminal escape codes.
+`without_spinner` turns it off, so the root logger keeps the configured level.
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ def use_fetch_wait(app: Any, fetch_wait_ms: int) -> None:
     """Give the worker consumers of `app` this fetch wait (installs the patch if needed)."""
     apply()
     setattr(app, _APP_ATTR, fetch_wait_ms)
+
+
+def without_spinner(worker: Any) -> None:
+    """Turn off the start-up spinner of a `faust.Worker` (before it runs)."""
+    worker.spinner = None
 
 
 def apply() -> None:

@@ -272,6 +272,7 @@ class GpuManager:
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
         """Classify each sample; report a node whose verdict changed."""
         pending: list[Any] = []
+        states = self.replicas.states
         for ev in batch:
             d = decode(
                 ev, TELEMETRY.validate_json, agent=self.name, topic=self.topic, limit=self.limit
@@ -284,7 +285,9 @@ class GpuManager:
             sample = d.value
             assert sample is not None
             self.samples += 1
-            state, _ = await self.replicas.get(sample.cluster)
+            state = states.get(sample.cluster)  # known: no await per sample
+            if state is None:
+                state, _ = await self.replicas.get(sample.cluster)
             node = state.nodes.get(sample.node)
             if node is None:
                 message = getattr(ev, "message", ev)

@@ -94,16 +94,20 @@ class EventLog:
                 self._read_until(cluster, meta.partition, meta.offset), timeout
             )
 
-    async def _read_until(self, cluster: str, partition: int, stop: int) -> Rebuilt:
-        key = cluster.encode()
-        tp = TopicPartition(self.topic, partition)
-        consumer = AIOKafkaConsumer(
+    def reader(self) -> AIOKafkaConsumer:
+        """A consumer without a group for reading the log (not started)."""
+        return AIOKafkaConsumer(
             **self.kafka,
             enable_auto_commit=False,
             group_id=None,
             fetch_max_wait_ms=self.fetch_wait_ms,
             isolation_level="read_committed" if self.read_committed else "read_uncommitted",
         )
+
+    async def _read_until(self, cluster: str, partition: int, stop: int) -> Rebuilt:
+        key = cluster.encode()
+        tp = TopicPartition(self.topic, partition)
+        consumer = self.reader()
         await consumer.start()
         state, events, skipped = initial_state(cluster), [], 0
         try:

@@ -63,8 +63,9 @@ class TelemetryLoop:
                 await self._task
             self._task = None
 
-    async def _run(self) -> None:
-        consumer = AIOKafkaConsumer(
+    def consumer(self) -> AIOKafkaConsumer:
+        """The loop's consumer (not started)."""
+        return AIOKafkaConsumer(
             self.topic,
             **self.kafka,
             group_id=self.group,
@@ -78,6 +79,9 @@ class TelemetryLoop:
             # fetch at a few hundred samples.
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
+
+    async def _run(self) -> None:
+        consumer = self.consumer()
         await consumer.start()  # returns once the group is joined
         self.joined.set()
         loop = asyncio.get_running_loop()
