@@ -53,7 +53,7 @@ class EventLog:
         topic: str,
         *,
         read_committed: bool = False,
-        fetch_wait_ms: int = 5,
+        fetch_wait_ms: int = 50,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).

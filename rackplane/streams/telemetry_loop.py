@@ -35,7 +35,7 @@ class TelemetryLoop:
         manager: GpuManager,
         *,
         session_timeout: float,
-        fetch_wait_ms: int = 5,
+        fetch_wait_ms: int = 50,
         max_records: int = 5_000,
         commit_interval: float = 0.5,
     ) -> None:
