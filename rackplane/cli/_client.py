@@ -367,7 +367,9 @@ def _current_policy(s: RackplaneSettings, cluster: str, timeout: float) -> Polic
     config = s.stream_config()
 
     async def read() -> PolicySettings:
-        log = EventLog(config.kafka_options(), config.topic("events"))
+        log = EventLog(
+            config.kafka_options(), config.topic("events"), fetch_wait_ms=config.fetch_wait_ms
+        )
         try:
             rebuilt = await log.rebuild(cluster, timeout=timeout)
         finally:

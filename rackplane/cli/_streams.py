@@ -82,6 +82,9 @@ def worker(
     max_message_bytes: Annotated[
         int | None, typer.Option(help="Larger messages are rejected before decoding.")
     ] = None,
+    fetch_wait_ms: Annotated[
+        int | None, typer.Option(help="Longest a fetch waits at the broker, ms.")
+    ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
 ) -> None:
     """Run a pipeline worker: controller, policies, GPU Manager, projections.
@@ -108,6 +111,7 @@ def worker(
         gpu_manager=gpu_manager,
         projections=projections,
         max_message_bytes=max_message_bytes,
+        fetch_wait_ms=fetch_wait_ms,
         log_level=log_level,
     )
     config = s.stream_config()

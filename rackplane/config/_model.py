@@ -113,6 +113,13 @@ class RackplaneSettings(BaseSettings):
     """Larger messages are rejected at the edge before decoding (to the rejected topic)."""
     session_timeout: float = Field(default=6.0, gt=0, le=300)
     """Consumer-group session timeout, seconds."""
+    fetch_wait_ms: int = Field(default=50, ge=1, le=30_000)
+    """Longest a consumer's fetch waits at the broker when nothing is there, ms (workers and
+    clients). The embedded broker (Tansu) answers only when it runs out, so there it bounds the
+    latency of every hop; Apache Kafka answers as soon as data arrives, so there it only paces
+    idle polling: 100-500 cuts idle fetch requests on a production cluster. 5 ms halves the
+    latency on Tansu at low load but has stalled the controller's Faust stream at 500
+    commands/s (docs/BENCHMARKS.md): not the default."""
     log_level: LogLevel = "warning"
     """Log level (quiet by default)."""
 
@@ -213,6 +220,7 @@ class RackplaneSettings(BaseSettings):
             datadir=str(self.data_dir),
             max_message_bytes=self.max_message_bytes,
             session_timeout=self.session_timeout,
+            fetch_wait_ms=self.fetch_wait_ms,
             policies=self.policies,
             gpu_manager=self.gpu_manager,
             projections=self.projections,

@@ -41,8 +41,15 @@ def utcnow() -> datetime:
 class Replicas:
     """Per-cluster states of one agent, rebuilt from the event log on first use."""
 
-    def __init__(self, eventlog: EventLog) -> None:
+    def __init__(
+        self, eventlog: EventLog, *, after_rebuild: Callable[[], object] = lambda: None
+    ) -> None:
+        """Args:
+        eventlog: where states are rebuilt from.
+        after_rebuild: called after each rebuild (the worker settles its heap there).
+        """
         self.eventlog = eventlog
+        self.after_rebuild = after_rebuild
         self.states: dict[str, ClusterState] = {}
 
     async def get(self, cluster: str) -> tuple[ClusterState, list[Event]]:
@@ -52,6 +59,7 @@ class Replicas:
             return state, []
         rebuilt = await self.eventlog.rebuild(cluster)
         self.states[cluster] = rebuilt.state
+        self.after_rebuild()
         log.info("rebuilt %s at seq %d from the event log", cluster, rebuilt.state.seq)
         return rebuilt.state, rebuilt.events
 
@@ -264,6 +272,7 @@ class GpuManager:
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
         """Classify each sample; report a node whose verdict changed."""
         pending: list[Any] = []
+        states = self.replicas.states
         for ev in batch:
             d = decode(
                 ev, TELEMETRY.validate_json, agent=self.name, topic=self.topic, limit=self.limit
@@ -276,7 +285,9 @@ class GpuManager:
             sample = d.value
             assert sample is not None
             self.samples += 1
-            state, _ = await self.replicas.get(sample.cluster)
+            state = states.get(sample.cluster)  # known: no await per sample
+            if state is None:
+                state, _ = await self.replicas.get(sample.cluster)
             node = state.nodes.get(sample.node)
             if node is None:
                 message = getattr(ev, "message", ev)

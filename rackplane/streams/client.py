@@ -87,7 +87,7 @@ class Client:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest" if from_start else "latest",
-            fetch_max_wait_ms=50,
+            fetch_max_wait_ms=self.config.fetch_wait_ms,
             isolation_level="read_committed" if self.config.exactly_once else "read_uncommitted",
         )
 

@@ -47,16 +47,25 @@ class Rebuilt:
 class EventLog:
     """Rebuilds cluster states from the events topic (one reader per agent)."""
 
-    def __init__(self, kafka: dict[str, Any], topic: str, *, read_committed: bool = False) -> None:
+    def __init__(
+        self,
+        kafka: dict[str, Any],
+        topic: str,
+        *,
+        read_committed: bool = False,
+        fetch_wait_ms: int = 50,
+    ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
         topic: the events topic.
         read_committed: skip aborted transactions (exactly-once mode writes events in
             transactions).
+        fetch_wait_ms: the reader's fetch wait (`StreamConfig.fetch_wait_ms`).
         """
         self.kafka = kafka
         self.topic = topic
         self.read_committed = read_committed
+        self.fetch_wait_ms = fetch_wait_ms
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
@@ -85,16 +94,20 @@ class EventLog:
                 self._read_until(cluster, meta.partition, meta.offset), timeout
             )
 
-    async def _read_until(self, cluster: str, partition: int, stop: int) -> Rebuilt:
-        key = cluster.encode()
-        tp = TopicPartition(self.topic, partition)
-        consumer = AIOKafkaConsumer(
+    def reader(self) -> AIOKafkaConsumer:
+        """A consumer without a group for reading the log (not started)."""
+        return AIOKafkaConsumer(
             **self.kafka,
             enable_auto_commit=False,
             group_id=None,
-            fetch_max_wait_ms=50,
+            fetch_max_wait_ms=self.fetch_wait_ms,
             isolation_level="read_committed" if self.read_committed else "read_uncommitted",
         )
+
+    async def _read_until(self, cluster: str, partition: int, stop: int) -> Rebuilt:
+        key = cluster.encode()
+        tp = TopicPartition(self.topic, partition)
+        consumer = self.reader()
         await consumer.start()
         state, events, skipped = initial_state(cluster), [], 0
         try:

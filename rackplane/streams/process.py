@@ -56,6 +56,7 @@ class WorkerProcess:
             "--policies", ",".join(c.policies),
             "--log-level", self.loglevel,
             "--max-message-bytes", str(c.max_message_bytes),
+            "--fetch-wait-ms", str(c.fetch_wait_ms),
         ]  # fmt: skip
         if c.exactly_once:
             args.append("--exactly-once")

@@ -35,6 +35,7 @@ class TelemetryLoop:
         manager: GpuManager,
         *,
         session_timeout: float,
+        fetch_wait_ms: int = 50,
         max_records: int = 5_000,
         commit_interval: float = 0.5,
     ) -> None:
@@ -45,6 +46,9 @@ class TelemetryLoop:
         self.session_timeout = session_timeout
         self.max_records = max_records
         self.commit_interval = commit_interval
+        self.fetch_wait_ms = fetch_wait_ms
+        self.joined = asyncio.Event()
+        """Set once the consumer has joined its group (part of the worker being ready)."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -59,8 +63,9 @@ class TelemetryLoop:
                 await self._task
             self._task = None
 
-    async def _run(self) -> None:
-        consumer = AIOKafkaConsumer(
+    def consumer(self) -> AIOKafkaConsumer:
+        """The loop's consumer (not started)."""
+        return AIOKafkaConsumer(
             self.topic,
             **self.kafka,
             group_id=self.group,
@@ -68,13 +73,17 @@ class TelemetryLoop:
             auto_offset_reset="earliest",
             session_timeout_ms=int(self.session_timeout * 1000),
             heartbeat_interval_ms=1_000,
-            fetch_max_wait_ms=50,
+            fetch_max_wait_ms=self.fetch_wait_ms,
             max_poll_records=self.max_records,
             # A full NVML sample of a 4-GPU node is ~1.5 KB: the 1 MiB default would cap a
             # fetch at a few hundred samples.
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
-        await consumer.start()
+
+    async def _run(self) -> None:
+        consumer = self.consumer()
+        await consumer.start()  # returns once the group is joined
+        self.joined.set()
         loop = asyncio.get_running_loop()
         committed = loop.time()
         dirty = False
