@@ -139,8 +139,11 @@ class DuckDBAuditSink:
     def _fresh_events(self, events: Sequence[Event]) -> tuple[list[Event], dict[str, int]]:
         """Events not stored yet, and each cluster's last seq once they are. Below a cluster's
         last seq (a redelivery) the file decides."""
-        fresh: list[Event] = []
         last = dict(self._last_seq)
+        if events and _one_run(events, last):  # the common case, checked cheaply
+            last[events[0].cluster] = events[-1].seq
+            return list(events), last
+        fresh: list[Event] = []
         doubtful: dict[str, list[Event]] = {}
         for e in events:
             if e.seq > last.get(e.cluster, 0):
@@ -172,3 +175,14 @@ class DuckDBAuditSink:
         self._heads[name] = append_rows(
             self.con, name, rows, self._heads[name], self._inserter, chunk=self.chunk
         )
+
+
+def _one_run(events: Sequence[Event], last: dict[str, int]) -> bool:
+    """True when `events` are one cluster's gapless run of seqs after its last (what the
+    controller writes): then all of them are fresh."""
+    cluster, first = events[0].cluster, events[0].seq
+    return (
+        first > last.get(cluster, 0)
+        and [e.seq for e in events] == list(range(first, first + len(events)))
+        and {e.cluster for e in events} == {cluster}
+    )
