@@ -112,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
 
             results["tui"] = refresh_after_event((128, 1024), 20 if args.quick else 100, say)
         if args.only in (None, "history"):
+            from bench.history import BATCH
             from bench.history import run as history
 
-            results["history"] = history(100_000 if args.quick else 1_000_000, 125_000, say)
+            results["history"] = history(100_000 if args.quick else 1_000_000, BATCH, say)
         if args.only in (None, "gpu"):
             import asyncio
 

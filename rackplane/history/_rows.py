@@ -12,6 +12,7 @@ Pure: no I/O, no duckdb.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 GENESIS = "0" * 64
 
@@ -21,6 +22,20 @@ def chain(prev: str, payload: str) -> str:
     return hashlib.sha256(f"{prev}\x1e{payload}".encode()).hexdigest()
 
 
-def rejection_key(payload: str) -> str:
-    """The dedupe key of a rejection: the digest of its JSON (a redelivery has the same)."""
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+def chain_all(prev: str, payloads: Iterable[bytes]) -> list[str]:
+    """The hashes of rows whose UTF-8 payloads follow one another after the row hashed `prev`:
+    `chain` over each in turn (the writer's form: bytes in, no str built per payload)."""
+    hashes: list[str] = []
+    keep = hashes.append
+    sha256 = hashlib.sha256
+    last = prev.encode()
+    for payload in payloads:
+        h = sha256(last + b"\x1e" + payload).hexdigest()
+        keep(h)
+        last = h.encode()
+    return hashes
+
+
+def rejection_key(payload: bytes) -> str:
+    """The dedupe key of a rejection: the digest of its UTF-8 JSON (a redelivery has the same)."""
+    return hashlib.sha256(payload).hexdigest()[:32]

@@ -15,25 +15,38 @@ import numpy as np
 
 TABLES = ("events", "commands", "rejections")
 
+# Compression, chosen by measurement (1M events of the ingest benchmark, docs/BENCHMARKS.md):
+# the payload is JSON, which zstd packs to ~100 B per event, at less CPU than the default
+# (dictionary + FSST: ~230 B); so are the ids that are mostly distinct (job, node, rack,
+# causation id: ~0.4 us less per row for ~13 B more); the hashes are random hex, which
+# DuckDB's own string compression halves at best, at ~1.8 us per row: stored as they are.
+# (Files created before keep the compression they were created with.)
 DDL = """
 CREATE TABLE IF NOT EXISTS events (
     row_id BIGINT NOT NULL, cluster VARCHAR NOT NULL, seq BIGINT NOT NULL,
-    type VARCHAR NOT NULL, "at" TIMESTAMPTZ NOT NULL, job VARCHAR, node VARCHAR,
-    rack VARCHAR, actor VARCHAR NOT NULL, causation_id VARCHAR, correlation_id VARCHAR,
-    payload VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL,
+    type VARCHAR NOT NULL, "at" TIMESTAMPTZ NOT NULL, job VARCHAR USING COMPRESSION zstd,
+    node VARCHAR USING COMPRESSION zstd, rack VARCHAR USING COMPRESSION zstd,
+    actor VARCHAR NOT NULL, causation_id VARCHAR USING COMPRESSION zstd, correlation_id VARCHAR,
+    payload VARCHAR USING COMPRESSION zstd NOT NULL,
+    prev_hash VARCHAR USING COMPRESSION uncompressed NOT NULL,
+    hash VARCHAR USING COMPRESSION uncompressed NOT NULL,
     PRIMARY KEY (cluster, seq)
 );
 CREATE TABLE IF NOT EXISTS commands (
     row_id BIGINT NOT NULL, id VARCHAR NOT NULL PRIMARY KEY, cluster VARCHAR NOT NULL,
-    type VARCHAR NOT NULL, issued_at TIMESTAMPTZ, job VARCHAR, node VARCHAR, rack VARCHAR,
-    actor VARCHAR NOT NULL, causation_id VARCHAR, correlation_id VARCHAR,
-    payload VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL
+    type VARCHAR NOT NULL, issued_at TIMESTAMPTZ, job VARCHAR USING COMPRESSION zstd,
+    node VARCHAR USING COMPRESSION zstd, rack VARCHAR USING COMPRESSION zstd,
+    actor VARCHAR NOT NULL, causation_id VARCHAR USING COMPRESSION zstd, correlation_id VARCHAR,
+    payload VARCHAR USING COMPRESSION zstd NOT NULL,
+    prev_hash VARCHAR USING COMPRESSION uncompressed NOT NULL,
+    hash VARCHAR USING COMPRESSION uncompressed NOT NULL
 );
 CREATE TABLE IF NOT EXISTS rejections (
     row_id BIGINT NOT NULL, key VARCHAR NOT NULL PRIMARY KEY, source_topic VARCHAR NOT NULL,
     "partition" BIGINT, "offset" BIGINT, agent VARCHAR NOT NULL, "at" TIMESTAMPTZ NOT NULL,
-    reason VARCHAR NOT NULL, payload VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL,
-    hash VARCHAR NOT NULL
+    reason VARCHAR NOT NULL, payload VARCHAR USING COMPRESSION zstd NOT NULL,
+    prev_hash VARCHAR USING COMPRESSION uncompressed NOT NULL,
+    hash VARCHAR USING COMPRESSION uncompressed NOT NULL
 );
 CREATE TABLE IF NOT EXISTS chain_heads (
     tbl VARCHAR PRIMARY KEY, row_id BIGINT NOT NULL, hash VARCHAR NOT NULL
@@ -90,10 +103,12 @@ def parsed(name: str) -> str:
 
 def _insert_sql(name: str) -> str:
     cols = DERIVED[name]
+    # The payloads arrive as bytes (BLOB): `decode` makes them text after checking the UTF-8.
+    text = "(SELECT row_id, decode(payload) AS payload, prev_hash, hash FROM _batch)"
     return (
         f"INSERT INTO {name} (row_id, {', '.join(cols)}, payload, prev_hash, hash) "
         f"SELECT row_id, {', '.join(cols.values())}, payload, prev_hash, hash "
-        f"FROM {_parsed(name, '_batch', '')}"
+        f"FROM {_parsed(name, text, '')}"
     )
 
 
@@ -103,17 +118,22 @@ INSERT = {name: _insert_sql(name) for name in TABLES}
 def insert(
     con: duckdb.DuckDBPyConnection,
     name: str,
-    payloads: Sequence[str],
+    payloads: Sequence[bytes],
     first_row_id: int,
-    hashes: Sequence[tuple[str, str]],
+    prev: str,
+    hashes: Sequence[str],
 ) -> None:
-    """Insert rows given by their payloads, row ids and (prev_hash, hash), in one statement:
-    four columns travel as numpy arrays, never row by row (STACK_NOTES)."""
+    """Insert rows given by their UTF-8 payloads, row ids and hashes (`prev` is the hash of the
+    row before the first), in one statement: four columns travel as numpy arrays, never row by
+    row (STACK_NOTES)."""
+    prev_hashes = np.empty(len(hashes), dtype=object)
+    prev_hashes[0] = prev
+    prev_hashes[1:] = hashes[:-1]
     batch: dict[str, Any] = {
         "row_id": np.arange(first_row_id, first_row_id + len(payloads), dtype=np.int64),
         "payload": np.array(payloads, dtype=object),
-        "prev_hash": np.array([p for p, _ in hashes], dtype=object),
-        "hash": np.array([h for _, h in hashes], dtype=object),
+        "prev_hash": prev_hashes,
+        "hash": np.array(hashes, dtype=object),
     }
     con.register("_batch", batch)
     try:

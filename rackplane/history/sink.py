@@ -7,21 +7,25 @@ Theory of operation:
 2. `record_*` gets a batch (a Faust batch, or what `add_event` buffered): it drops what is
    already stored (an event's (cluster, seq), a command's id, a rejection's digest), so a
    redelivery never duplicates; it hashes the new rows in order onto the chain; it inserts
-   them in one statement and moves the chain head, in one transaction.
-3. If the insert fails, the transaction rolls back and the in-memory heads stay where they
+   them (one statement per row group, overlapped with the hashing of the next: `_writer`)
+   and moves the chain head, in one transaction.
+3. If anything fails, the transaction rolls back and the in-memory heads stay where they
    were: the batch can be recorded again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
 
 import duckdb
+from pydantic import BaseModel
 
-from rackplane.history._rows import GENESIS, chain, rejection_key
-from rackplane.history._schema import DDL, TABLES, insert
+from rackplane.history._rows import GENESIS, rejection_key
+from rackplane.history._schema import DDL, TABLES
+from rackplane.history._writer import CHUNK, append_rows, to_json
 from rackplane.history.errors import HistoryError
 from rackplane.models import Command, Event, Rejection
 
@@ -31,6 +35,10 @@ DEFAULT_DB = "rackplane.duckdb"
 class DuckDBAuditSink:
     """Implements `rackplane.streams.audit.AuditSink` on a DuckDB file.
 
+    A batch larger than `chunk` rows (one DuckDB row group) is inserted in chunks by a
+    background thread while the next chunk is serialized and hashed (`_writer`), still in one
+    transaction.
+
     Args:
         path: the DuckDB file (created if missing). One process may hold it at a time.
         buffer: events `add_event` collects before it writes them as one batch.
@@ -38,6 +46,9 @@ class DuckDBAuditSink:
     Raises:
         HistoryError: the file cannot be opened (another process holds it, not a DuckDB file).
     """
+
+    chunk: int = CHUNK
+    """Rows per INSERT of a large batch (tests set it small to exercise the overlap)."""
 
     def __init__(self, path: str | Path, *, buffer: int = 10_000) -> None:
         self.path = Path(path)
@@ -47,6 +58,7 @@ class DuckDBAuditSink:
         except duckdb.Error as err:
             raise HistoryError(f"cannot record into {self.path}: {err}") from err
         self.buffer_size = buffer
+        self._inserter: ThreadPoolExecutor | None = None
         self._buffer: list[Event] = []
         self._heads: dict[str, tuple[int, str]] = dict.fromkeys(TABLES, (0, GENESIS))
         for tbl, row_id, h in self.con.execute(
@@ -65,11 +77,8 @@ class DuckDBAuditSink:
 
     def record_events(self, events: Sequence[Event]) -> None:
         """Append the events not stored yet (by (cluster, seq)), in the order given."""
-        fresh = self._fresh_events(events)
-        last = dict(self._last_seq)
-        self._append("events", [e.model_dump_json() for e in fresh])
-        for e in fresh:
-            last[e.cluster] = max(last.get(e.cluster, 0), e.seq)
+        fresh, last = self._fresh_events(events)
+        self._append("events", fresh)
         self._last_seq = last
 
     def record_commands(self, commands: Sequence[Command]) -> None:
@@ -79,14 +88,14 @@ class DuckDBAuditSink:
             if c.id not in self._command_ids and c.id not in ids:
                 ids.add(c.id)
                 fresh.append(c)
-        self._append("commands", [c.model_dump_json() for c in fresh])
+        self._append("commands", fresh)
         self._command_ids |= ids
 
     def record_rejections(self, rejections: Sequence[Rejection]) -> None:
         """Append the rejections not stored yet (by the digest of their JSON)."""
         payloads, keys = [], set()
         for r in rejections:
-            payload = r.model_dump_json()
+            payload = to_json(r)
             key = rejection_key(payload)
             if key not in self._rejection_keys and key not in keys:
                 keys.add(key)
@@ -99,6 +108,8 @@ class DuckDBAuditSink:
         if self.con is None:
             return
         self.flush()
+        if self._inserter is not None:
+            self._inserter.shutdown()
         self.con.execute("CHECKPOINT")
         self.con.close()
         self.con = None  # type: ignore[assignment]
@@ -125,10 +136,14 @@ class DuckDBAuditSink:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _fresh_events(self, events: Sequence[Event]) -> list[Event]:
-        """Events not stored yet. Below a cluster's last seq (a redelivery) the file decides."""
-        fresh: list[Event] = []
+    def _fresh_events(self, events: Sequence[Event]) -> tuple[list[Event], dict[str, int]]:
+        """Events not stored yet, and each cluster's last seq once they are. Below a cluster's
+        last seq (a redelivery) the file decides."""
         last = dict(self._last_seq)
+        if events and _one_run(events, last):  # the common case, checked cheaply
+            last[events[0].cluster] = events[-1].seq
+            return list(events), last
+        fresh: list[Event] = []
         doubtful: dict[str, list[Event]] = {}
         for e in events:
             if e.seq > last.get(e.cluster, 0):
@@ -150,27 +165,24 @@ class DuckDBAuditSink:
                 if e.seq not in stored and e.seq not in taken:
                     taken.add(e.seq)
                     fresh.append(e)
-        return fresh
+        return fresh, last
 
-    def _append(self, name: str, payloads: Sequence[str]) -> None:
-        if not payloads:
+    def _append(self, name: str, rows: Sequence[BaseModel] | Sequence[bytes]) -> None:
+        if not rows:
             return
-        row_id, prev = self._heads[name]
-        hashes = []
-        for payload in payloads:
-            h = chain(prev, payload)
-            hashes.append((prev, h))
-            prev = h
-        last_id = row_id + len(payloads)
-        con = self.con
-        con.execute("BEGIN TRANSACTION")
-        try:
-            insert(con, name, payloads, row_id + 1, hashes)
-            con.execute(
-                "INSERT OR REPLACE INTO chain_heads VALUES (?, ?, ?)", [name, last_id, prev]
-            )
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-        self._heads[name] = (last_id, prev)
+        if self._inserter is None and len(rows) > self.chunk:
+            self._inserter = ThreadPoolExecutor(1, thread_name_prefix="rackplane-history")
+        self._heads[name] = append_rows(
+            self.con, name, rows, self._heads[name], self._inserter, chunk=self.chunk
+        )
+
+
+def _one_run(events: Sequence[Event], last: dict[str, int]) -> bool:
+    """True when `events` are one cluster's gapless run of seqs after its last (what the
+    controller writes): then all of them are fresh."""
+    cluster, first = events[0].cluster, events[0].seq
+    return (
+        first > last.get(cluster, 0)
+        and [e.seq for e in events] == list(range(first, first + len(events)))
+        and {e.cluster for e in events} == {cluster}
+    )
