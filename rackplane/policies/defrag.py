@@ -43,7 +43,8 @@ from rackplane.models import (
     RackId,
     SliceAssignment,
 )
-from rackplane.policies._defrag_search import Budget, Search, options, room_for
+from rackplane.policies._defrag_search import Budget, RoomBound, Search
+from rackplane.policies._defrag_seeds import Option, RackVictims, Seeds
 from rackplane.policies._proposals import Proposals
 from rackplane.policies.placement import (
     Capacity,
@@ -218,16 +219,23 @@ def plan_room(
     # Per rack, the nodes each victim would give back (healthy, uncordoned): counted once per
     # plan, O(victim nodes); options read it for every slice and rack.
     in_rack: dict[RackId, dict[JobId, int]] = {}
-    for v in pool:
-        for n in v.nodes:
-            node = state.nodes[n]
-            if node.health is Health.HEALTHY and not node.cordoned:
-                per = in_rack.setdefault(node.rack, {})
-                per[v.id] = per.get(v.id, 0) + 1
     freed_in: dict[JobId, dict[RackId, int]] = {}
-    for rack, per in in_rack.items():
-        for victim, k in per.items():
-            freed_in.setdefault(victim, {})[rack] = k
+    nodes = state.nodes
+    healthy = Health.HEALTHY
+    for v in pool:
+        vid = v.id
+        mine: dict[RackId, int] = {}
+        for n in v.nodes:
+            node = nodes[n]
+            if node.health is healthy and not node.cordoned:
+                mine[node.rack] = mine.get(node.rack, 0) + 1
+        if mine:
+            freed_in[vid] = mine
+            for rack, k in mine.items():
+                in_rack.setdefault(rack, {})[vid] = k
+    freed_total = {v: sum(per.values()) for v, per in freed_in.items()}
+    demand = {v.id: v.spec.nodes for v in pool}
+    offer = RackVictims(in_rack, cost)
     base = Capacity(state)
     room_total = sum(u for u in base.usable.values() if u > 0)
     index = state.index
@@ -241,33 +249,30 @@ def plan_room(
     targets: list[tuple[RackId, int]] = []
     chosen: list[JobId] = []
     result: Attempt | None = None
-    alternatives: list[DefragAlternative] = []
+    first: tuple[Search, Option] | None = None  # the first slice's search, for alternatives
     budget = Budget(max_tries + len(sizes))  # one plan's validations, all slices together
     for size in sizes:
-        trial = base.copy()
+        # Usable nodes per open rack once the chosen victims left and earlier slices took
+        # theirs (what `options` reads; open racks are healthy, so every freed node counts).
+        trial = dict(base.usable)
         for vid in chosen:
-            trial.release(by_id[vid].nodes)
+            for rack, k in freed_in.get(vid, {}).items():
+                trial[rack] += k
         for rack, taken in targets:
-            trial.usable[rack] -= taken
-        seeds = options(trial, open_racks, size, in_rack, cost, set(chosen))
+            trial[rack] -= taken
+        seeds = Seeds(trial, open_racks, size, offer, set(chosen))
         anchor = targets[0][0] if targets else None
-        search = Search(seeds, pool, chosen, cost, index, anchor, budget)
+        bound = RoomBound(
+            base, room_total, freed_in, freed_total, demand, chosen, {r for r, _ in targets}
+        )
+        search = Search(seeds, offer.ranked, chosen, cost, index, anchor, budget, bound)
         picked = None
         for option in search:
             attempt = None
+            # Options that fail the room bound were skipped by the search. Without victims:
+            # the first slice always passes it; later ones extend the attempt so far.
             if result is not None and not option.victims:
                 attempt = _extend(result, option.rack, size)
-            elif not room_for(
-                [by_id[v] for v in (*chosen, *option.victims)],
-                {r for r, _ in targets} | {option.rack},
-                base,
-                room_total,
-                freed_in,
-            ):
-                # Not enough free nodes outside the targets for the victims, shape aside: no
-                # placement can work; skipping it does not spend a validation.
-                search.failed(option, counted=False)
-                continue
             if attempt is None:
                 victims = [by_id[v] for v in (*chosen, *option.victims)]
                 where = [*targets, (option.rack, size)]
@@ -280,10 +285,11 @@ def plan_room(
         if picked is None:
             return None
         if not targets:
-            alternatives = search.alternatives(picked)
+            first = (search, picked)
         targets.append((picked.rack, size))
         chosen.extend(picked.victims)
-    assert result is not None
+    assert result is not None and first is not None
+    alternatives = first[0].alternatives(first[1])
     hero, moves = result.hero, result.moves
     total = sum(cost[v] for v in chosen)
     return DefragPlan(

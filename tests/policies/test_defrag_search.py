@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rackplane.models import JobId
-from rackplane.policies._defrag_search import minimal_subsets
+from rackplane.policies._defrag_seeds import minimal_subsets
 
 JOBS = [JobId(f"j{i}") for i in range(12)]
 
