@@ -14,6 +14,7 @@ from typing import Any, Self
 
 import duckdb
 
+from rackplane._gc import cycle_collection_paused
 from rackplane.history._schema import TABLES, TYPED_CHECK, parsed
 from rackplane.history.errors import HistoryError
 from rackplane.models import COMMANDS, EVENTS, REJECTIONS, Command, Event, Rejection
@@ -116,7 +117,8 @@ class HistoryReader:
             sql += " AND contains(payload, ?)"
             params.append(f'"{mentioning}"')
         rows = self._rows(sql + " ORDER BY seq", params)
-        return [EVENTS.validate_json(r[0]) for r in rows]
+        with cycle_collection_paused():
+            return [EVENTS.validate_json(r[0]) for r in rows]
 
     def commands(self, cluster: str) -> list[Command]:
         """Commands of `cluster` in the order they were recorded."""

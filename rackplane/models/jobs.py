@@ -69,6 +69,12 @@ class JobSpec(BaseModel):
         return slice_sizes(self.nodes, self.slice_size or DEFAULT_SLICE_SIZE)
 
     @property
+    def keeps_progress(self) -> bool:
+        """True for interactive sessions and inference services: what they did was delivered
+        as they ran, so a restart loses nothing of it (no checkpoint to fall back to)."""
+        return self.kind is not JobKind.MANAGED
+
+    @property
     def multi_node(self) -> bool:
         """True when the job spans more than one node."""
         return self.nodes > 1

@@ -9,11 +9,11 @@ mis-routed: that raises (a programming or infrastructure error, not a domain out
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from immutables import Map
 
+from rackplane._gc import cycle_collection_paused
 from rackplane.models import (
     ClusterId,
     CommandIgnored,
@@ -55,6 +55,7 @@ from rackplane.projections.state import (
     JobState,
     NodeState,
     RackState,
+    SeenCommands,
     SliceState,
 )
 
@@ -83,23 +84,39 @@ def evolve(state: ClusterState, event: Event) -> ClusterState:
     """
     if not _is_next(state.cluster, state.seq, event):
         return state
-    b = _Builder(state)
-    b.apply(event)
-    return b.finish()
+    return _fold(state, (event,))
 
 
 def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
     """Apply events in order (a replay): the state `evolve` would give event by event, without
     building the states in between (one builder takes a run of events; a registration, which
-    reads the state before it, goes through `evolve`). Raises as `evolve` does."""
+    reads the state before it, starts a new one). Raises as `evolve` does.
+
+    The cyclic garbage collector is paused while it runs: folding allocates only acyclic
+    objects (refcounting frees them all), and the collector's passes over a large heap (a
+    decoded log of a million events) find nothing and cost time that grows with the heap.
+    Cycles that `events` itself creates (a lazy decoder) wait for the end of the fold."""
+    with cycle_collection_paused():
+        return _fold(state, events)
+
+
+def _fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
     b = _Builder(state)
+    cluster, handlers, registered = state.cluster, _HANDLERS, TopologyRegistered
     for event in events:
-        if not _is_next(b.cluster, b.seq, event):
+        seq = event.seq
+        # the usual case (the next event of this cluster) in one comparison
+        unusual = seq != b.seq + 1 or event.cluster != cluster
+        if unusual and not _is_next(cluster, b.seq, event):
             continue
-        if isinstance(event, TopologyRegistered):
-            b = _Builder(evolve(b.finish(), event))
-        else:
-            b.apply(event)
+        kind = type(event)
+        if kind is registered:
+            b = _Builder(b.finish())  # a registration reads the state before it
+        handlers[kind](b, event)
+        command = event.causation_id
+        if command is not None:
+            b.remember(command, seq)
+        b.seq, b.at = seq, event.at
     return b.finish()
 
 
@@ -115,7 +132,14 @@ def _is_next(cluster: ClusterId, seq: int, event: Event) -> bool:
 
 
 class _Builder:
-    """Collects the changes of one event, keeping `RackState.free` consistent with nodes."""
+    """Collects the changes of a run of events, keeping `RackState.free` consistent with nodes.
+
+    Node assignments and free indexes are kept in plain dicts and sets while events are applied
+    (`serving`, `free`) and written into the persistent maps once, by `finish`: a replay of a
+    job placed on 16 nodes and completed later writes each node once at the end, not twice per
+    job. Health and cordon changes (rare) go straight to the node map, with the node's pending
+    assignment folded in.
+    """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
@@ -124,79 +148,95 @@ class _Builder:
         self.nodes = state.nodes.mutate()
         self.racks = state.racks.mutate()
         self.jobs = state.jobs.mutate()
-        self.finished = state.finished
+        self.finished = state.finished.mutate()
         self.reservations = state.reservations
         self.allowed_by = state.interactive_preemption_allowed_by
         self.allowed_why = state.interactive_preemption_reason
         self.cluster = state.cluster
         self.seq = state.seq
         self.at = state.at
-        self.seen = state.seen
+        self.seen_recent = state.seen.recent.mutate()
+        self.seen_older = state.seen.older
+        self.seen_window = state.seen.window
+        self.serving: dict[NodeId, tuple[JobId | None, int | None]] = {}
+        """Job and slice of nodes whose assignment changed, not yet in `nodes`."""
+        self.free: dict[RackId, set[NodeId]] = {}
+        """Free index of racks whose index changed, not yet in `racks`."""
 
-    def apply(self, event: Event) -> None:
-        """Apply one event (the next one: the caller checked its seq)."""
-        _HANDLERS[type(event)](self, event)
-        if event.causation_id is not None:
-            self.seen = self.seen.add(event.causation_id, event.seq)
-        self.seq, self.at = event.seq, event.at
+    def remember(self, command: str, seq: int) -> None:
+        """`SeenCommands.add`, on the builder's own copy."""
+        recent = self.seen_recent
+        if command in recent or command in self.seen_older:
+            return
+        if len(recent) >= self.seen_window:
+            self.seen_older = recent.finish()
+            self.seen_recent = Map({command: seq}).mutate()
+        else:
+            recent[command] = seq
 
     def node(self, node: NodeId) -> NodeState:
-        return self.nodes[node]
+        old = self.nodes[node]
+        pending = self.serving.get(node)
+        if pending is None:
+            return old
+        job, index = pending
+        return NodeState(node, old.rack, old.health, old.cordoned, job, index, old.cause)
 
-    def put_node(self, new: NodeState) -> None:
-        old = self.nodes[new.id]
-        self.nodes[new.id] = new
-        if old.available != new.available:
-            r = self.racks[new.rack]
-            free = r.free | {new.id} if new.available else r.free - {new.id}
-            self.racks[new.rack] = RackState(
-                r.id, r.pod, r.size, r.gpus_per_node, free, r.health, r.cause
-            )
+    def rack_of(self, node: NodeId) -> RackId:
+        return self.nodes[node].rack
+
+    def free_of(self, rack: RackId) -> set[NodeId]:
+        """The rack's free index, to change in place."""
+        free = self.free.get(rack)
+        if free is None:
+            free = self.free[rack] = set(self.racks[rack].free)
+        return free
 
     def update_node(self, node: NodeId, **changes: Any) -> None:
-        # Built field by field: dataclasses.replace costs ~6 us (a quarter of a simulated
-        # year went there); this is the hottest line of a fold.
-        old = self.nodes[node]
+        """Change a node's health, cordon or cause."""
+        old = self.node(node)
         get = changes.get
-        self.put_node(
-            NodeState(
-                old.id,
-                old.rack,
-                get("health", old.health),
-                get("cordoned", old.cordoned),
-                get("job", old.job),
-                get("slice", old.slice),
-                get("cause", old.cause),
-            )
+        new = NodeState(
+            old.id,
+            old.rack,
+            get("health", old.health),
+            get("cordoned", old.cordoned),
+            old.job,
+            old.slice,
+            get("cause", old.cause),
         )
+        self.serving.pop(node, None)
+        self.nodes[node] = new
+        if new.available:
+            self.free_of(new.rack).add(node)
+        else:
+            self.free_of(new.rack).discard(node)
 
     def assign(self, job: JobId, slice_index: int, nodes: Iterable[NodeId]) -> None:
-        self._serve(nodes, job, slice_index)
+        """The nodes now serve the job's slice: none of them is free any more."""
+        serving, table, pair = self.serving, self.nodes, (job, slice_index)
+        rack: RackId | None = None
+        free: set[NodeId] = set()
+        for n in nodes:
+            serving[n] = pair
+            r = table[n].rack
+            if r != rack:
+                rack, free = r, self.free_of(r)
+            free.discard(n)
 
     def release(self, nodes: Iterable[NodeId]) -> None:
-        self._serve(nodes, None, None)
-
-    def _serve(self, nodes: Iterable[NodeId], job: JobId | None, index: int | None) -> None:
-        """Set the job and slice of many nodes; each rack's free index is rebuilt once, not
-        once per node (a 16-node placement built 16 frozensets: the bulk of a replay)."""
-        table = self.nodes
-        taken: dict[RackId, list[NodeId]] = {}
-        freed: dict[RackId, list[NodeId]] = {}
+        """The nodes serve no job: the healthy, uncordoned ones are free again."""
+        serving, table, pair = self.serving, self.nodes, (None, None)
         healthy = Health.HEALTHY
+        rack: RackId | None = None
+        free: set[NodeId] = set()
         for n in nodes:
+            serving[n] = pair
             old = table[n]
-            rack, health, cordoned = old.rack, old.health, old.cordoned
-            table[n] = NodeState(n, rack, health, cordoned, job, index, old.cause)
-            if health is healthy and not cordoned and (old.job is None) != (job is None):
-                # `available` flips: healthy, uncordoned, and served by a job or not
-                (freed if job is None else taken).setdefault(rack, []).append(n)
-        for changes, add in ((taken, False), (freed, True)):
-            for rack, ns in changes.items():
-                r = self.racks[rack]
-                free = r.free.union(ns) if add else r.free.difference(ns)
-                self.racks[rack] = RackState(
-                    r.id, r.pod, r.size, r.gpus_per_node, free, r.health, r.cause
-                )
+            if old.health is healthy and not old.cordoned:
+                if old.rack != rack:
+                    rack, free = old.rack, self.free_of(old.rack)
+                free.add(n)
 
     def job(self, job: JobId) -> JobState:
         return self.jobs[job]
@@ -205,13 +245,16 @@ class _Builder:
         self.jobs[new.id] = new
 
     def finish_job(self, job: JobId, status: JobStatus) -> None:
-        state = self.jobs[job]
-        self.release(state.nodes)
+        state: JobState = self.jobs[job]
+        for s in state.slices:
+            self.release(s.nodes)
         del self.jobs[job]
-        self.finished = self.finished.set(job, status)
+        self.finished[job] = status
         self.release_reservations(job)
 
     def release_reservations(self, job: JobId) -> None:
+        if not self.reservations:
+            return
         held = [r for r, j in self.reservations.items() if j == job]
         if held:
             m = self.reservations.mutate()
@@ -221,10 +264,21 @@ class _Builder:
 
     def replace_slice(self, job: JobState, new: SliceState) -> JobState:
         slices = tuple(new if s.index == new.index else s for s in job.slices)
-        return replace(job, slices=slices)
+        return _job_with(job, slices=slices)
 
     def finish(self) -> ClusterState:
         """The state after the events applied; the builder is spent."""
+        nodes, racks = self.nodes, self.racks
+        for n, (job, index) in self.serving.items():
+            old = nodes[n]
+            if old.job != job or old.slice != index:
+                nodes[n] = NodeState(n, old.rack, old.health, old.cordoned, job, index, old.cause)
+        for rack, free in self.free.items():
+            r = racks[rack]
+            if free != r.free:
+                racks[rack] = RackState(
+                    r.id, r.pod, r.size, r.gpus_per_node, frozenset(free), r.health, r.cause
+                )
         # Built directly: dataclasses.replace costs several microseconds per event.
         return ClusterState(
             self.cluster,
@@ -232,19 +286,40 @@ class _Builder:
             self.at,
             self.index,
             self.settings,
-            self.nodes.finish(),
-            self.racks.finish(),
+            nodes.finish(),
+            racks.finish(),
             self.jobs.finish(),
-            self.finished,
+            self.finished.finish(),
             self.reservations,
             self.allowed_by,
             self.allowed_why,
-            self.seen,
+            SeenCommands(self.seen_recent.finish(), self.seen_older, self.seen_window),
         )
 
 
+def _job_with(job: JobState, **changes: Any) -> JobState:
+    """`dataclasses.replace` for a job, built field by field (a few times cheaper)."""
+    get = changes.get
+    return JobState(
+        job.spec,
+        get("status", job.status),
+        job.order,
+        job.submitted_at,
+        get("slices", job.slices),
+        get("placed_at", job.placed_at),
+        get("started_at", job.started_at),
+        get("run_since", job.run_since),
+        get("blocked", job.blocked),
+        get("borrowing", job.borrowing),
+        get("front", job.front),
+        get("preemptions", job.preemptions),
+        get("migrations", job.migrations),
+        get("swaps", job.swaps),
+    )
+
+
 def _racks_of(b: _Builder, nodes: Iterable[NodeId]) -> tuple[RackId, ...]:
-    return tuple(dict.fromkeys(b.node(n).rack for n in nodes))
+    return tuple(dict.fromkeys(b.rack_of(n) for n in nodes))
 
 
 def _topology_registered(b: _Builder, e: TopologyRegistered) -> None:
@@ -285,43 +360,68 @@ def _policy_configured(b: _Builder, e: PolicyConfigured) -> None:
         b.allowed_why = e.reason
 
 
+# The handlers of the events every job has (submitted, placed, started, completed) build
+# their records positionally: they are most of a replay.
+
+
 def _job_submitted(b: _Builder, e: JobSubmitted) -> None:
-    b.put_job(JobState(spec=e.job, status=JobStatus.QUEUED, order=e.seq, submitted_at=e.at))
+    spec = e.job
+    b.jobs[spec.id] = JobState(spec, JobStatus.QUEUED, e.seq, e.at)
 
 
 def _job_blocked(b: _Builder, e: JobBlocked) -> None:
     job = b.job(e.job)
     since = job.blocked.since if job.blocked and job.blocked.reason == e.reason else e.at
     info = BlockInfo(e.reason, since, e.allocatable_nodes, e.placeable_slices, e.explanation)
-    b.put_job(replace(job, blocked=info))
+    b.put_job(_job_with(job, blocked=info))
 
 
 def _job_placed(b: _Builder, e: JobPlaced) -> None:
-    job = b.job(e.job)
-    sizes = job.spec.slice_sizes
-    slices = tuple(
-        SliceState(index=s.index, size=sizes[s.index], nodes=s.nodes, racks=s.racks)
-        for s in e.slices
+    job: JobState = b.jobs[e.job]
+    spec = job.spec
+    sizes = spec.slice_sizes
+    slices = []
+    for s in e.slices:
+        slices.append(SliceState(s.index, sizes[s.index], s.nodes, s.racks))
+        b.assign(spec.id, s.index, s.nodes)
+    b.jobs[spec.id] = JobState(
+        spec,
+        JobStatus.PLACED,
+        job.order,
+        job.submitted_at,
+        tuple(slices),
+        e.at,
+        job.started_at,
+        job.run_since,
+        None,
+        e.borrowing,
+        False,
+        job.preemptions,
+        job.migrations,
+        job.swaps,
     )
-    for s in slices:
-        b.assign(job.id, s.index, s.nodes)
-    b.put_job(
-        replace(
-            job,
-            status=JobStatus.PLACED,
-            slices=slices,
-            placed_at=e.at,
-            blocked=None,
-            borrowing=e.borrowing,
-            front=False,
-        )
-    )
-    b.release_reservations(job.id)
+    b.release_reservations(spec.id)
 
 
 def _job_started(b: _Builder, e: JobStarted) -> None:
-    job = b.job(e.job)
-    b.put_job(replace(job, status=JobStatus.RUNNING, started_at=e.at, run_since=e.at))
+    job: JobState = b.jobs[e.job]
+    at = e.at
+    b.jobs[e.job] = JobState(
+        job.spec,
+        JobStatus.RUNNING,
+        job.order,
+        job.submitted_at,
+        job.slices,
+        job.placed_at,
+        at,
+        at,
+        job.blocked,
+        job.borrowing,
+        job.front,
+        job.preemptions,
+        job.migrations,
+        job.swaps,
+    )
 
 
 def _job_completed(b: _Builder, e: JobCompleted) -> None:
@@ -340,7 +440,7 @@ def _job_preempted(b: _Builder, e: JobPreempted) -> None:
     job = b.job(e.job)
     b.release(job.nodes)
     b.put_job(
-        replace(
+        _job_with(
             job,
             status=JobStatus.QUEUED,
             slices=(),
@@ -379,11 +479,11 @@ def _node_repaired(b: _Builder, e: NodeRepaired) -> None:
 
 
 def _rack_failed(b: _Builder, e: RackFailed) -> None:
-    b.racks[e.rack] = replace(b.racks[e.rack], health=RackHealth.FAILED, cause=e.cause)
+    b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.FAILED, cause=e.cause)
 
 
 def _rack_recovered(b: _Builder, e: RackRecovered) -> None:
-    b.racks[e.rack] = replace(b.racks[e.rack], health=RackHealth.HEALTHY, cause=e.cause)
+    b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.HEALTHY, cause=e.cause)
 
 
 def _node_swapped(b: _Builder, e: NodeSwapped) -> None:
@@ -392,8 +492,8 @@ def _node_swapped(b: _Builder, e: NodeSwapped) -> None:
     nodes = tuple(e.new_node if n == e.old_node else n for n in old.nodes)
     b.release([e.old_node])
     b.assign(job.id, e.slice, [e.new_node])
-    job = b.replace_slice(job, replace(old, nodes=nodes, racks=_racks_of(b, nodes)))
-    b.put_job(replace(job, swaps=job.swaps + 1))
+    job = b.replace_slice(job, old._replace(nodes=nodes, racks=_racks_of(b, nodes)))
+    b.put_job(_job_with(job, swaps=job.swaps + 1))
 
 
 def _slice_migrated(b: _Builder, e: SliceMigrated) -> None:
@@ -401,10 +501,10 @@ def _slice_migrated(b: _Builder, e: SliceMigrated) -> None:
     old = job.slices[e.slice]
     b.release(old.nodes)
     b.assign(job.id, e.slice, e.new_nodes)
-    new = replace(old, nodes=e.new_nodes, racks=_racks_of(b, e.new_nodes))
+    new = old._replace(nodes=e.new_nodes, racks=_racks_of(b, e.new_nodes))
     job = b.replace_slice(job, new)
     restarted = e.at if job.run_since is not None else None
-    b.put_job(replace(job, migrations=job.migrations + 1, run_since=restarted))
+    b.put_job(_job_with(job, migrations=job.migrations + 1, run_since=restarted))
     b.release_reservations(job.id)
 
 
@@ -414,7 +514,7 @@ def _slice_degraded(b: _Builder, e: SliceDegraded) -> None:
     removed = set(e.removed)
     nodes = tuple(n for n in old.nodes if n not in removed)
     b.release(e.removed)
-    b.put_job(b.replace_slice(job, replace(old, nodes=nodes, racks=_racks_of(b, nodes))))
+    b.put_job(b.replace_slice(job, old._replace(nodes=nodes, racks=_racks_of(b, nodes))))
 
 
 def _defrag_planned(b: _Builder, e: DefragPlanned) -> None:

@@ -1,7 +1,11 @@
 """The cluster state: everything `decide` needs, folded from the event log by `evolve`.
 
 Rules of this file:
-- Every class is frozen; a new state shares all unchanged parts with the old one. Maps are
+- Every class is immutable; a new state shares all unchanged parts with the old one. The
+  records a fold builds by the million (nodes, racks, slices, jobs) are `NamedTuple`s: one is
+  built five times faster than a frozen dataclass (whose `__init__` goes through
+  `object.__setattr__` field by field: ~20,000 instructions for a job record, a third of a
+  replay). `ClusterState`, built once per event at most, stays a frozen dataclass. Maps are
   `immutables.Map` (a HAMT): setting one node of 18,000 costs about a microsecond where copying
   a dict would cost hundreds, which is what makes folding a simulated year cheap.
 - `RackState.free` is an index kept by `evolve`: the nodes of the rack that are healthy,
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from immutables import Map
 
@@ -36,8 +41,7 @@ SEEN_COMMANDS_WINDOW = 200_000
 """Command ids remembered for dedupe: at least this many of the most recent, at most twice."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeState:
+class NodeState(NamedTuple):
     """One compute node: its health, its cordon, and the slice it serves (if any)."""
 
     id: NodeId
@@ -54,8 +58,7 @@ class NodeState:
         return self.job is None and self.health is Health.HEALTHY and not self.cordoned
 
 
-@dataclass(frozen=True, slots=True)
-class RackState:
+class RackState(NamedTuple):
     """One NVLink domain and the index of its available nodes."""
 
     id: RackId
@@ -77,11 +80,10 @@ class RackState:
         return self.free if self.healthy else frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class SliceState:
+class SliceState(NamedTuple):
     """One slice of a placed job: `size` nodes were asked for, `nodes` serve it now."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # hides tuple.index, which nothing here calls
     size: int
     nodes: tuple[NodeId, ...]
     racks: tuple[RackId, ...]
@@ -97,8 +99,7 @@ class SliceState:
         return len(self.racks) == 1
 
 
-@dataclass(frozen=True, slots=True)
-class BlockInfo:
+class BlockInfo(NamedTuple):
     """Why a queued job waits, since when, and the numbers behind it."""
 
     reason: BlockReason
@@ -108,8 +109,7 @@ class BlockInfo:
     explanation: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class JobState:
+class JobState(NamedTuple):
     """A job that has not finished."""
 
     spec: JobSpec

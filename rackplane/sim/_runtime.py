@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from rackplane.models import JobKind, NodeId
+from rackplane.models import NodeId
 from rackplane.sim.workload import Arrival
 
 
@@ -68,7 +68,7 @@ class JobRun:
             arrival=arrival,
             remaining=arrival.work.total_seconds(),
             checkpoint=interval.total_seconds() if interval else None,
-            keeps_progress=arrival.spec.kind is not JobKind.MANAGED,
+            keeps_progress=arrival.spec.keeps_progress,
         )
 
     @property

@@ -77,7 +77,8 @@ def job_rows(state: ClusterState, lost: dict[str, float]) -> list[JobRow]:
         )
         waited = now - b.since if b is not None and now and job.status is JobStatus.QUEUED else None
         goodput: float | None = None
-        at_risk = job.at_risk(now) if now else None
+        keeps = job.spec.keeps_progress
+        at_risk = job.at_risk(now) if now and not keeps else None
         if job.started_at is not None and now is not None and gpus:
             held = gpus * (now - job.started_at).total_seconds() / 3600
             risk = gpus * (at_risk or timedelta(0)).total_seconds() / 3600
@@ -96,7 +97,7 @@ def job_rows(state: ClusterState, lost: dict[str, float]) -> list[JobRow]:
             waiting,
             _minutes(waited) if waited is not None else "",
             f"{100 * goodput:.0f}%" if goodput is not None else "-",
-            _minutes(at_risk) if running else "-",
+            _minutes(at_risk) if running and at_risk is not None else "-",
         )
         keys = (
             job.id,

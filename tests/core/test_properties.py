@@ -125,7 +125,7 @@ class ClusterMachine(RuleBasedStateMachine):
             trimmed = replace(
                 state,
                 racks=state.racks.update(
-                    {k: replace(r, free=r.free - taken) for k, r in state.racks.items()}
+                    {k: r._replace(free=r.free - taken) for k, r in state.racks.items()}
                 ),
             )
             chosen = _sensible_nodes(trimmed, size, offset=i)
