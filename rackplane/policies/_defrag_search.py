@@ -164,7 +164,9 @@ class Search:
         self._rack_at: dict[int, RackId] = {}
         # Ready seeds, then a placeholder per rack still to expand, ranked below every option
         # of that rack (its lower bound, no victims yet); one heapify.
-        self.heap: list[_Entry] = [self._entry(seed, (), -1, 0, 0, 0, 0) for seed in seeds.ready]
+        self.heap: list[_Entry] = [
+            self._entry(seed, (), -1, 0, 0, 0, self._seed_slack(seed)) for seed in seeds.ready
+        ]
         for low, r in seeds.pending:
             hops_r, order_r = self._placed(r)
             key = (round(low, 9), -1, hops_r, order_r, next(self.counter))
@@ -192,8 +194,7 @@ class Search:
         return place
 
     def _seed_slack(self, seed: Option) -> int:
-        if not seed.victims:
-            return 0  # never skipped (see `plan_room`)
+        # A seed without victims is never skipped (see `plan_room`), but its chains are.
         bound = self.bound
         return bound.rack(seed.rack) + sum(bound.victim(seed.rack, v) for v in seed.victims)
 

@@ -163,14 +163,16 @@ def fits_on_counts(
             return False
         usable[rack] -= size
     held = set(state.reservations) | {r for r, _ in targets}
+    view = {r: (0 if r in held or u < 0 else u) for r, u in usable.items()}
     for v in sorted(victims, key=lambda j: j.queue_key):
-        view = {r: (0 if r in held or u < 0 else u) for r, u in usable.items()}
         sizes = v.spec.slice_sizes
         racks = choose_racks(base.index, view, sizes)
         if isinstance(racks, Unplaceable):
             return False
         for rack, size in zip(racks, sizes, strict=True):
             usable[rack] -= size
+            u = usable[rack]
+            view[rack] = 0 if rack in held or u < 0 else u  # the view of the next victim
     return True
 
 
