@@ -22,7 +22,7 @@ ALTERNATIVES_KEPT = 3
 
 _Entry = tuple[
     tuple[float, int, int, int, int],
-    Option | None,
+    Option,
     tuple[JobId, ...],
     int,
     float,
@@ -161,17 +161,24 @@ class Search:
         self._rejected_keys: set[tuple[float, RackId, tuple[JobId, ...]]] = set()
         self.seeds = seeds
         self._place: dict[RackId, tuple[int, int]] = {}
-        self._rack_at: dict[int, RackId] = {}
-        # Ready seeds, then a placeholder per rack still to expand, ranked below every option
-        # of that rack (its lower bound, no victims yet); one heapify.
+        # Ready seeds on the heap (one heapify); the racks still to expand, by lower bound: a
+        # rack is expanded before the heap pops anything ranked at or above its bound, so its
+        # options come out exactly where they would have had they been there from the start.
         self.heap: list[_Entry] = [
             self._entry(seed, (), -1, 0, 0, 0, self._seed_slack(seed)) for seed in seeds.ready
         ]
-        for low, r in seeds.pending:
-            hops_r, order_r = self._placed(r)
-            key = (round(low, 9), -1, hops_r, order_r, next(self.counter))
-            self.heap.append((key, None, (), -1, 0, 0, 0, 0))
         heapq.heapify(self.heap)
+        self.pending = sorted((round(low, 9), i, r) for i, (low, r) in enumerate(seeds.pending))
+        self.pending.reverse()  # popped from the end, lowest bound first
+
+    def _expand_up_to(self, heap: list[_Entry]) -> None:
+        """Expand every pending rack whose bound does not exceed the heap's next cost."""
+        pending = self.pending
+        while pending and (not heap or pending[-1][0] <= heap[0][0][0]):
+            _, _, rack = pending.pop()
+            for option in self.seeds.expand(rack):
+                entry = self._entry(option, (), -1, 0, 0, 0, self._seed_slack(option))
+                heapq.heappush(heap, entry)
 
     def _key(self, o: Option) -> tuple[float, int, int, int, int]:
         hops = self.index.hops(self.anchor, o.rack) if self.anchor else 0
@@ -190,7 +197,6 @@ class Search:
             order = self.index.rack_order[rack]
             place = (self.index.hops(self.anchor, rack) if self.anchor else 0, order)
             self._place[rack] = place
-            self._rack_at[order] = rack
         return place
 
     def _seed_slack(self, seed: Option) -> int:
@@ -222,15 +228,13 @@ class Search:
         heap, extras, cost, seen, budget = self.heap, self.extras, self.cost, self.seen, self.budget
         delta = self.bound.victim
         n = len(extras)
-        while heap and budget.left > 0:
-            rank, seed, extra, last, head, total, head_slack, slack = heapq.heappop(heap)
-            if seed is None:
-                # A rack reached: its options all rank at or after this point, so pushing
-                # them now pops them exactly where they would have come from the start.
-                for option in self.seeds.expand(self._rack_at[rank[3]]):
-                    entry = self._entry(option, (), -1, 0, 0, 0, self._seed_slack(option))
-                    heapq.heappush(heap, entry)
-                continue
+        pending = self.pending
+        while budget.left > 0:
+            if pending:
+                self._expand_up_to(heap)
+            if not heap:
+                break
+            _, seed, extra, last, head, total, head_slack, slack = heapq.heappop(heap)
             nxt = last + 1
             while nxt < n and extras[nxt] in seed.victims:
                 nxt += 1

@@ -151,19 +151,28 @@ def fits_on_counts(
     victims: Sequence[JobState],
     targets: Sequence[tuple[RackId, int]],
     freed_in: dict[JobId, dict[RackId, int]],
+    base_view: dict[RackId, int] | None = None,
 ) -> bool:
     """`replace_victims` on node counts alone (the same rack choices, no node lists, no
-    explanations): whether it would succeed. Most candidate plans fail; they fail here."""
+    explanations): whether it would succeed. Most candidate plans fail; they fail here.
+    `base_view` is `base.view(state.reservations)`, when the caller has it already."""
     usable = dict(base.usable)
+    touched = {r for r, _ in targets}
     for v in victims:
         for rack, k in freed_in.get(v.id, {}).items():
             usable[rack] += k
+            touched.add(rack)
     for rack, size in targets:
         if usable[rack] < size:
             return False
         usable[rack] -= size
     held = set(state.reservations) | {r for r, _ in targets}
-    view = {r: (0 if r in held or u < 0 else u) for r, u in usable.items()}
+    # What the scheduler would see: `base_view` but on the racks the victims and targets
+    # touched (the same as rebuilding it from `usable`).
+    view = dict(base.view(held) if base_view is None else base_view)
+    for rack in touched:
+        u = usable[rack]
+        view[rack] = 0 if rack in held or u < 0 else u
     for v in sorted(victims, key=lambda j: j.queue_key):
         sizes = v.spec.slice_sizes
         racks = choose_racks(base.index, view, sizes)
@@ -240,6 +249,7 @@ def plan_room(
     offer = RackVictims(in_rack, cost)
     base = Capacity(state)
     room_total = sum(u for u in base.usable.values() if u > 0)
+    base_view = base.view(set(state.reservations))
     index = state.index
     open_racks = [
         r.id
@@ -278,7 +288,7 @@ def plan_room(
             if attempt is None:
                 victims = [by_id[v] for v in (*chosen, *option.victims)]
                 where = [*targets, (option.rack, size)]
-                if fits_on_counts(state, base, victims, where, freed_in):
+                if fits_on_counts(state, base, victims, where, freed_in, base_view):
                     attempt = replace_victims(state, base, victims, where)
             if attempt is not None:
                 picked, result = option, attempt
