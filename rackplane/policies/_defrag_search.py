@@ -229,37 +229,33 @@ class Search:
         delta = self.bound.victim
         n = len(extras)
         pending = self.pending
+        push, counter = heapq.heappush, self.counter
         while budget.left > 0:
             if pending:
                 self._expand_up_to(heap)
             if not heap:
                 break
-            _, seed, extra, last, head, total, head_slack, slack = heapq.heappop(heap)
+            rank, seed, extra, last, head, total, head_slack, slack = heapq.heappop(heap)
             nxt = last + 1
             while nxt < n and extras[nxt] in seed.victims:
                 nxt += 1
             if nxt < n:
+                # The children rank on the same rack as their parent: `_entry` without the
+                # lookups.
                 v = extras[nxt]
                 d = delta(seed.rack, v)
+                c = cost[v]
+                hops, order, size = rank[2], rank[3], len(seed.victims) + len(extra)
                 if len(extra) < MAX_EXTRAS:
-                    heapq.heappush(
-                        heap,
-                        self._entry(
-                            seed, (*extra, v), nxt, total, total + cost[v], slack, slack + d
-                        ),
-                    )
+                    t = total + c
+                    child = (round(seed.cost + t, 9), size + 1, hops, order, next(counter))
+                    push(heap, (child, seed, (*extra, v), nxt, total, t, slack, slack + d))
                 if extra:
-                    heapq.heappush(
+                    t = head + c
+                    child = (round(seed.cost + t, 9), size, hops, order, next(counter))
+                    push(
                         heap,
-                        self._entry(
-                            seed,
-                            (*extra[:-1], v),
-                            nxt,
-                            head,
-                            head + cost[v],
-                            head_slack,
-                            head_slack + d,
-                        ),
+                        (child, seed, (*extra[:-1], v), nxt, head, t, head_slack, head_slack + d),
                     )
             victims = seed.victims + extra
             key = (seed.rack, frozenset(victims))

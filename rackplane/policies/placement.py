@@ -152,11 +152,12 @@ def _usable(state: ClusterState, index: TopologyIndex, spares: int) -> dict[Rack
     for last_racks, last_index, last_spares, table in _LAST:
         if last_racks is racks and last_index is index and last_spares == spares:
             return table
-    healthy = RackHealth.HEALTHY
-    table = {}
-    for r in index.racks:
-        rs = racks[r.id]
-        table[r.id] = len(rs.free) - spares if rs.health is healthy else -(10**9)
+    healthy, down = RackHealth.HEALTHY, -(10**9)
+    ids = [r.id for r in index.racks]
+    table = {
+        rid: (len(rs.free) - spares if rs.health is healthy else down)
+        for rid, rs in zip(ids, map(racks.__getitem__, ids), strict=True)
+    }
     _LAST.insert(0, (racks, index, spares, table))
     del _LAST[2:]  # the table with spares kept and the one without (borrowing)
     return table
