@@ -357,21 +357,31 @@ class Defrag:
         retry = any(e.type in _RETRY for e in events)
         if not wanted and not retry:
             return []
-        for job in state.queued():
-            blocked = job.blocked
-            if blocked is None or blocked.reason != "topology" or state.reserved_for(job.id):
-                continue
-            # A job blocked behind the head changes nothing for the head: search again only
-            # when the head is newly blocked (full budget) or room may have come back (retry).
-            if job.id not in wanted and not retry:
-                break
-            tries = MAX_TRIES if job.id in wanted else RETRY_TRIES
-            plan = plan_defrag(state, job.id, now=now, max_tries=tries)
-            if plan is not None and plan.victims:
-                return proposals(state, plan, self.name)
-            # No plan, or room without preemption (the scheduler will place it; a replica that
-            # lags the controller sees such rooms late): nothing for defrag to do.
-            break  # the head of the blocked line gets the plan, or nobody does
+        # The head of the blocked line (in queue order) gets the plan, or nobody does: the
+        # first queued job blocked by topology that holds no reservation (found in one pass,
+        # without sorting the queue).
+        holders = set(state.reservations.values())
+        blocked = [
+            j
+            for j in state.jobs.values()
+            if j.status is JobStatus.QUEUED
+            and j.blocked is not None
+            and j.blocked.reason == "topology"
+            and j.id not in holders
+        ]
+        if not blocked:
+            return []
+        job = min(blocked, key=lambda j: j.queue_key)
+        # A job blocked behind the head changes nothing for the head: search again only when
+        # the head is newly blocked (full budget) or room may have come back (retry).
+        if job.id not in wanted and not retry:
+            return []
+        tries = MAX_TRIES if job.id in wanted else RETRY_TRIES
+        plan = plan_defrag(state, job.id, now=now, max_tries=tries)
+        if plan is not None and plan.victims:
+            return proposals(state, plan, self.name)
+        # No plan, or room without preemption (the scheduler will place it; a replica that
+        # lags the controller sees such rooms late): nothing for defrag to do.
         return []
 
 
