@@ -8,25 +8,28 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 
 from rackplane.models import DefragAlternative, JobId, RackId, TopologyIndex
+from rackplane.policies._defrag_seeds import Option, Seeds
 from rackplane.policies.placement import Capacity
 from rackplane.projections.state import JobState
 
 MAX_EXTRAS = 3
 """Extra victims (outside the target rack) a chain may add to a seed."""
-MAX_SUBSETS_PER_RACK = 4096
-"""Exhaustive victim subsets per rack up to 12 candidates; greedy beyond."""
 ALTERNATIVES_KEPT = 3
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
-    cost: float
-    rack: RackId
-    victims: tuple[JobId, ...]
+_Entry = tuple[
+    tuple[float, int, int, int, int],
+    Option,
+    tuple[JobId, ...],
+    int,
+    float,
+    float,
+    int,
+    int,
+]
 
 
 class Budget:
@@ -53,38 +56,129 @@ def room_for(
     return room >= need
 
 
+class RoomBound:
+    """`room_for` for every option of one slice, as a slack (room less need) that adds up:
+    the victims chosen for earlier slices and the earlier targets are counted once, then an
+    option's rack (when new) and each of its victims add a term of their own. Searching
+    carries the slack along a chain of extras instead of summing again per option."""
+
+    def __init__(
+        self,
+        base: Capacity,
+        room_total: int,
+        freed_in: dict[JobId, dict[RackId, int]],
+        freed_total: dict[JobId, int],
+        nodes: dict[JobId, int],
+        chosen: Sequence[JobId],
+        targets: set[RackId],
+    ) -> None:
+        self.usable = base.usable
+        self.freed_in = freed_in
+        self.freed_total = freed_total
+        self.nodes = nodes
+        self.chosen = chosen
+        self.targets = targets
+        self._outside: dict[JobId, int] = {}
+        self._racks: dict[RackId, int] = {}
+        room = room_total - sum(max(0, base.usable[r]) for r in targets)
+        self.slack = room + sum(self._out(v) - nodes[v] for v in chosen)
+
+    def _out(self, victim: JobId) -> int:
+        """Nodes the victim frees outside the earlier targets."""
+        out = self._outside.get(victim)
+        if out is None:
+            per = self.freed_in.get(victim)
+            out = self.freed_total[victim] - sum(per.get(t, 0) for t in self.targets) if per else 0
+            self._outside[victim] = out
+        return out
+
+    def rack(self, rack: RackId) -> int:
+        """The slack with `rack` as a target too, before the option's own victims."""
+        slack = self._racks.get(rack)
+        if slack is None:
+            slack = self.slack
+            if rack not in self.targets:
+                slack -= max(0, self.usable[rack])
+                for v in self.chosen:
+                    per = self.freed_in.get(v)
+                    if per:
+                        slack -= per.get(rack, 0)
+            self._racks[rack] = slack
+        return slack
+
+    def victim(self, rack: RackId, victim: JobId) -> int:
+        """What preempting `victim` adds to the slack of an option on `rack` (never > 0 for
+        a victim holding at most the nodes it asked for)."""
+        delta = self._out(victim) - self.nodes[victim]
+        if rack not in self.targets:
+            per = self.freed_in.get(victim)
+            if per:
+                delta -= per.get(rack, 0)
+        return delta
+
+    def admits(self, rack: RackId, victims: Sequence[JobId]) -> bool:
+        """`room_for(chosen + victims, targets + {rack}, ...)`."""
+        return self.rack(rack) + sum(self.victim(rack, v) for v in victims) >= 0
+
+
 class Search:
     """Victim sets for one slice in order of cost: each seed (a rack and a minimal set of its
     victims) first alone, then with extra victims elsewhere, whose leaving can make room to
     re-place the others (a chain of at most `MAX_EXTRAS`). Extras are enumerated lazily,
     cheapest subsets first: from (set, last) the next are (set + next) and (set - last + next),
     which visits every subset of the extras exactly once in non-decreasing cost. Stops after
-    the plan's budget of validations."""
+    the plan's budget of validations.
+
+    An option with victims that fails the room bound (`RoomBound`) is skipped here: it spends
+    no validation, only the budget's skips, and counts as rejected.
+
+    A heap entry is (rank key, seed, extras, last, then the cost and the room slack of the
+    extras without their last one and with it): running sums give each option the cost
+    `sum()` would (the same additions in the same order) and its slack without summing again;
+    a seed's fabric distance and rack order are looked up once."""
 
     def __init__(
         self,
-        seeds: list[Option],
-        pool: list[JobState],
+        seeds: Seeds,
+        ranked: list[JobId],
         chosen: list[JobId],
         cost: dict[JobId, float],
         index: TopologyIndex,
         anchor: RackId | None,
         budget: Budget,
+        bound: RoomBound,
     ) -> None:
         self.budget = budget
+        self.bound = bound
         self.cost = cost
         self.index = index
         self.anchor = anchor
         taken = set(chosen)
-        self.extras = sorted((v.id for v in pool if v.id not in taken), key=lambda v: (cost[v], v))
-        self.heap: list[tuple[tuple[float, int, int, int, int], Option, tuple[JobId, ...], int]]
-        self.heap = []
+        self.extras = [v for v in ranked if v not in taken]  # candidates by (cost, id)
         self.counter = itertools.count()
         self.seen: set[tuple[RackId, frozenset[JobId]]] = set()
         self.rejected: list[Option] = []
+        self._rejected_keys: set[tuple[float, RackId, tuple[JobId, ...]]] = set()
         self.seeds = seeds
-        for seed in seeds:
-            self._push(seed, (), -1)
+        self._place: dict[RackId, tuple[int, int]] = {}
+        # Ready seeds on the heap (one heapify); the racks still to expand, by lower bound: a
+        # rack is expanded before the heap pops anything ranked at or above its bound, so its
+        # options come out exactly where they would have had they been there from the start.
+        self.heap: list[_Entry] = [
+            self._entry(seed, (), -1, 0, 0, 0, self._seed_slack(seed)) for seed in seeds.ready
+        ]
+        heapq.heapify(self.heap)
+        self.pending = sorted((round(low, 9), i, r) for i, (low, r) in enumerate(seeds.pending))
+        self.pending.reverse()  # popped from the end, lowest bound first
+
+    def _expand_up_to(self, heap: list[_Entry]) -> None:
+        """Expand every pending rack whose bound does not exceed the heap's next cost."""
+        pending = self.pending
+        while pending and (not heap or pending[-1][0] <= heap[0][0][0]):
+            _, _, rack = pending.pop()
+            for option in self.seeds.expand(rack):
+                entry = self._entry(option, (), -1, 0, 0, 0, self._seed_slack(option))
+                heapq.heappush(heap, entry)
 
     def _key(self, o: Option) -> tuple[float, int, int, int, int]:
         hops = self.index.hops(self.anchor, o.rack) if self.anchor else 0
@@ -96,34 +190,92 @@ class Search:
             next(self.counter),
         )
 
-    def _push(self, seed: Option, extra: tuple[JobId, ...], last: int) -> None:
-        victims = seed.victims + extra
-        option = Option(seed.cost + sum(self.cost[v] for v in extra), seed.rack, victims)
-        heapq.heappush(self.heap, (self._key(option), seed, extra, last))
+    def _placed(self, rack: RackId) -> tuple[int, int]:
+        """The rack's fabric distance to the anchor and its order (looked up once)."""
+        place = self._place.get(rack)
+        if place is None:
+            order = self.index.rack_order[rack]
+            place = (self.index.hops(self.anchor, rack) if self.anchor else 0, order)
+            self._place[rack] = place
+        return place
+
+    def _seed_slack(self, seed: Option) -> int:
+        # A seed without victims is never skipped (see `plan_room`), but its chains are.
+        bound = self.bound
+        return bound.rack(seed.rack) + sum(bound.victim(seed.rack, v) for v in seed.victims)
+
+    def _entry(
+        self,
+        seed: Option,
+        extra: tuple[JobId, ...],
+        last: int,
+        head: float,
+        total: float,
+        head_slack: int,
+        slack: int,
+    ) -> _Entry:
+        hops, order = self._placed(seed.rack)
+        key = (
+            round(seed.cost + total, 9),
+            len(seed.victims) + len(extra),
+            hops,
+            order,
+            next(self.counter),
+        )
+        return (key, seed, extra, last, head, total, head_slack, slack)
 
     def __iter__(self) -> Iterator[Option]:
-        while self.heap and self.budget.left > 0:
-            _, seed, extra, last = heapq.heappop(self.heap)
+        heap, extras, cost, seen, budget = self.heap, self.extras, self.cost, self.seen, self.budget
+        delta = self.bound.victim
+        n = len(extras)
+        pending = self.pending
+        push, counter = heapq.heappush, self.counter
+        while budget.left > 0:
+            if pending:
+                self._expand_up_to(heap)
+            if not heap:
+                break
+            rank, seed, extra, last, head, total, head_slack, slack = heapq.heappop(heap)
             nxt = last + 1
-            while nxt < len(self.extras) and self.extras[nxt] in seed.victims:
+            while nxt < n and extras[nxt] in seed.victims:
                 nxt += 1
-            if nxt < len(self.extras):
+            if nxt < n:
+                # The children rank on the same rack as their parent: `_entry` without the
+                # lookups.
+                v = extras[nxt]
+                d = delta(seed.rack, v)
+                c = cost[v]
+                hops, order, size = rank[2], rank[3], len(seed.victims) + len(extra)
                 if len(extra) < MAX_EXTRAS:
-                    self._push(seed, (*extra, self.extras[nxt]), nxt)
+                    t = total + c
+                    child = (round(seed.cost + t, 9), size + 1, hops, order, next(counter))
+                    push(heap, (child, seed, (*extra, v), nxt, total, t, slack, slack + d))
                 if extra:
-                    self._push(seed, (*extra[:-1], self.extras[nxt]), nxt)
+                    t = head + c
+                    child = (round(seed.cost + t, 9), size, hops, order, next(counter))
+                    push(
+                        heap,
+                        (child, seed, (*extra[:-1], v), nxt, head, t, head_slack, head_slack + d),
+                    )
             victims = seed.victims + extra
             key = (seed.rack, frozenset(victims))
-            if key in self.seen:
+            if key in seen:
                 continue
-            self.seen.add(key)
-            self.budget.left -= 1
-            yield Option(seed.cost + sum(self.cost[v] for v in extra), seed.rack, victims)
+            seen.add(key)
+            option = Option(seed.cost + total, seed.rack, victims)
+            if victims and slack < 0:
+                # Not enough free nodes outside the targets for the victims, shape aside: no
+                # placement can work; skipping it does not spend a validation.
+                self.failed(option, counted=False)
+                continue
+            budget.left -= 1
+            yield option
 
     def failed(self, option: Option, *, counted: bool = True) -> None:
-        self.rejected.append(option)
+        if len(self.rejected) < ALTERNATIVES_KEPT:
+            self.rejected.append(option)
+        self._rejected_keys.add((option.cost, option.rack, option.victims))
         if not counted:
-            self.budget.left += 1
             self.budget.skips_left -= 1
             if self.budget.skips_left <= 0:
                 self.budget.left = 0
@@ -137,16 +289,16 @@ class Search:
                 cost_gpu_hours=o.cost,
                 why_not="a victim could not be re-placed elsewhere",
             )
-            for o in self.rejected[:ALTERNATIVES_KEPT]
+            for o in self.rejected
         ]
         costlier = sorted(
-            (o for o in self.seeds if (o.rack, o.victims) != (picked.rack, picked.victims)),
+            (o for o in self.seeds.all() if (o.rack, o.victims) != (picked.rack, picked.victims)),
             key=self._key,
         )
         for o in costlier:
             if len(out) >= ALTERNATIVES_KEPT:
                 break
-            if o.cost >= picked.cost and o not in self.rejected:
+            if o.cost >= picked.cost and (o.cost, o.rack, o.victims) not in self._rejected_keys:
                 out.append(
                     DefragAlternative(
                         target_racks=(o.rack,),
@@ -156,65 +308,3 @@ class Search:
                     )
                 )
         return out
-
-
-def options(
-    capacity: Capacity,
-    racks: Iterable[RackId],
-    size: int,
-    in_rack: dict[RackId, dict[JobId, int]],
-    cost: dict[JobId, float],
-    taken: set[JobId],
-) -> list[Option]:
-    out = []
-    for r in racks:
-        room = capacity.usable[r]
-        if room >= size:
-            out.append(Option(0.0, r, ()))
-            continue
-        per = in_rack.get(r)
-        if not per or room + sum(per.values()) < size:
-            continue  # even every victim of the rack would not make room
-        freeable = {v: n for v, n in per.items() if v not in taken}
-        for subset in minimal_subsets(freeable, size - room, cost):
-            out.append(Option(sum(cost[v] for v in subset), r, subset))
-    return out
-
-
-def minimal_subsets(
-    freeable: dict[JobId, int], need: int, cost: dict[JobId, float]
-) -> list[tuple[JobId, ...]]:
-    """Sets of victims freeing at least `need` nodes, none of whose members is superfluous."""
-    if sum(freeable.values()) < need:
-        return []
-    ids = sorted(freeable, key=lambda v: (cost[v], v))
-    if len(ids) > 12:
-        # Greedy by cost per node freed, plus every single victim that suffices alone.
-        greedy: list[JobId] = []
-        got = 0
-        for v in sorted(ids, key=lambda v: (cost[v] / freeable[v], v)):
-            greedy.append(v)
-            got += freeable[v]
-            if got >= need:
-                break
-        singles = [(v,) for v in ids if freeable[v] >= need]
-        return [tuple(greedy), *singles]
-    # Depth-first over the ids in cost order: a set that reaches `need` is not extended (its
-    # supersets are not minimal); a branch that cannot reach `need` is cut.
-    sizes = [freeable[v] for v in ids]
-    after = list(itertools.accumulate(reversed(sizes), initial=0))[::-1]
-    found: list[tuple[int, ...]] = []
-
-    def walk(start: int, chosen: tuple[int, ...], got: int, smallest: int) -> None:
-        for i in range(start, len(ids)):
-            g = got + sizes[i]
-            low = min(smallest, sizes[i])
-            if g >= need:
-                if g - low < need:
-                    found.append((*chosen, i))
-            elif g + after[i + 1] >= need:
-                walk(i + 1, (*chosen, i), g, low)
-
-    walk(0, (), 0, after[0] + 1)
-    found.sort(key=lambda t: (len(t), t))  # the order of itertools.combinations by size
-    return [tuple(ids[i] for i in t) for t in found[:MAX_SUBSETS_PER_RACK]]

@@ -43,7 +43,8 @@ from rackplane.models import (
     RackId,
     SliceAssignment,
 )
-from rackplane.policies._defrag_search import Budget, Search, options, room_for
+from rackplane.policies._defrag_search import Budget, RoomBound, Search
+from rackplane.policies._defrag_seeds import Option, RackVictims, Seeds
 from rackplane.policies._proposals import Proposals
 from rackplane.policies.placement import (
     Capacity,
@@ -150,26 +151,37 @@ def fits_on_counts(
     victims: Sequence[JobState],
     targets: Sequence[tuple[RackId, int]],
     freed_in: dict[JobId, dict[RackId, int]],
+    base_view: dict[RackId, int] | None = None,
 ) -> bool:
     """`replace_victims` on node counts alone (the same rack choices, no node lists, no
-    explanations): whether it would succeed. Most candidate plans fail; they fail here."""
+    explanations): whether it would succeed. Most candidate plans fail; they fail here.
+    `base_view` is `base.view(state.reservations)`, when the caller has it already."""
     usable = dict(base.usable)
+    touched = {r for r, _ in targets}
     for v in victims:
         for rack, k in freed_in.get(v.id, {}).items():
             usable[rack] += k
+            touched.add(rack)
     for rack, size in targets:
         if usable[rack] < size:
             return False
         usable[rack] -= size
     held = set(state.reservations) | {r for r, _ in targets}
+    # What the scheduler would see: `base_view` but on the racks the victims and targets
+    # touched (the same as rebuilding it from `usable`).
+    view = dict(base.view(held) if base_view is None else base_view)
+    for rack in touched:
+        u = usable[rack]
+        view[rack] = 0 if rack in held or u < 0 else u
     for v in sorted(victims, key=lambda j: j.queue_key):
-        view = {r: (0 if r in held or u < 0 else u) for r, u in usable.items()}
         sizes = v.spec.slice_sizes
         racks = choose_racks(base.index, view, sizes)
         if isinstance(racks, Unplaceable):
             return False
         for rack, size in zip(racks, sizes, strict=True):
             usable[rack] -= size
+            u = usable[rack]
+            view[rack] = 0 if rack in held or u < 0 else u  # the view of the next victim
     return True
 
 
@@ -218,18 +230,26 @@ def plan_room(
     # Per rack, the nodes each victim would give back (healthy, uncordoned): counted once per
     # plan, O(victim nodes); options read it for every slice and rack.
     in_rack: dict[RackId, dict[JobId, int]] = {}
-    for v in pool:
-        for n in v.nodes:
-            node = state.nodes[n]
-            if node.health is Health.HEALTHY and not node.cordoned:
-                per = in_rack.setdefault(node.rack, {})
-                per[v.id] = per.get(v.id, 0) + 1
     freed_in: dict[JobId, dict[RackId, int]] = {}
-    for rack, per in in_rack.items():
-        for victim, k in per.items():
-            freed_in.setdefault(victim, {})[rack] = k
+    nodes = state.nodes
+    healthy = Health.HEALTHY
+    for v in pool:
+        vid = v.id
+        mine: dict[RackId, int] = {}
+        for n in v.nodes:
+            node = nodes[n]
+            if node.health is healthy and not node.cordoned:
+                mine[node.rack] = mine.get(node.rack, 0) + 1
+        if mine:
+            freed_in[vid] = mine
+            for rack, k in mine.items():
+                in_rack.setdefault(rack, {})[vid] = k
+    freed_total = {v: sum(per.values()) for v, per in freed_in.items()}
+    demand = {v.id: v.spec.nodes for v in pool}
+    offer = RackVictims(in_rack, cost)
     base = Capacity(state)
     room_total = sum(u for u in base.usable.values() if u > 0)
+    base_view = base.view(set(state.reservations))
     index = state.index
     open_racks = [
         r.id
@@ -241,37 +261,34 @@ def plan_room(
     targets: list[tuple[RackId, int]] = []
     chosen: list[JobId] = []
     result: Attempt | None = None
-    alternatives: list[DefragAlternative] = []
+    first: tuple[Search, Option] | None = None  # the first slice's search, for alternatives
     budget = Budget(max_tries + len(sizes))  # one plan's validations, all slices together
     for size in sizes:
-        trial = base.copy()
+        # Usable nodes per open rack once the chosen victims left and earlier slices took
+        # theirs (what `options` reads; open racks are healthy, so every freed node counts).
+        trial = dict(base.usable)
         for vid in chosen:
-            trial.release(by_id[vid].nodes)
+            for rack, k in freed_in.get(vid, {}).items():
+                trial[rack] += k
         for rack, taken in targets:
-            trial.usable[rack] -= taken
-        seeds = options(trial, open_racks, size, in_rack, cost, set(chosen))
+            trial[rack] -= taken
+        seeds = Seeds(trial, open_racks, size, offer, set(chosen))
         anchor = targets[0][0] if targets else None
-        search = Search(seeds, pool, chosen, cost, index, anchor, budget)
+        bound = RoomBound(
+            base, room_total, freed_in, freed_total, demand, chosen, {r for r, _ in targets}
+        )
+        search = Search(seeds, offer.ranked, chosen, cost, index, anchor, budget, bound)
         picked = None
         for option in search:
             attempt = None
+            # Options that fail the room bound were skipped by the search. Without victims:
+            # the first slice always passes it; later ones extend the attempt so far.
             if result is not None and not option.victims:
                 attempt = _extend(result, option.rack, size)
-            elif not room_for(
-                [by_id[v] for v in (*chosen, *option.victims)],
-                {r for r, _ in targets} | {option.rack},
-                base,
-                room_total,
-                freed_in,
-            ):
-                # Not enough free nodes outside the targets for the victims, shape aside: no
-                # placement can work; skipping it does not spend a validation.
-                search.failed(option, counted=False)
-                continue
             if attempt is None:
                 victims = [by_id[v] for v in (*chosen, *option.victims)]
                 where = [*targets, (option.rack, size)]
-                if fits_on_counts(state, base, victims, where, freed_in):
+                if fits_on_counts(state, base, victims, where, freed_in, base_view):
                     attempt = replace_victims(state, base, victims, where)
             if attempt is not None:
                 picked, result = option, attempt
@@ -280,10 +297,11 @@ def plan_room(
         if picked is None:
             return None
         if not targets:
-            alternatives = search.alternatives(picked)
+            first = (search, picked)
         targets.append((picked.rack, size))
         chosen.extend(picked.victims)
-    assert result is not None
+    assert result is not None and first is not None
+    alternatives = first[0].alternatives(first[1])
     hero, moves = result.hero, result.moves
     total = sum(cost[v] for v in chosen)
     return DefragPlan(
@@ -339,21 +357,31 @@ class Defrag:
         retry = any(e.type in _RETRY for e in events)
         if not wanted and not retry:
             return []
-        for job in state.queued():
-            blocked = job.blocked
-            if blocked is None or blocked.reason != "topology" or state.reserved_for(job.id):
-                continue
-            # A job blocked behind the head changes nothing for the head: search again only
-            # when the head is newly blocked (full budget) or room may have come back (retry).
-            if job.id not in wanted and not retry:
-                break
-            tries = MAX_TRIES if job.id in wanted else RETRY_TRIES
-            plan = plan_defrag(state, job.id, now=now, max_tries=tries)
-            if plan is not None and plan.victims:
-                return proposals(state, plan, self.name)
-            # No plan, or room without preemption (the scheduler will place it; a replica that
-            # lags the controller sees such rooms late): nothing for defrag to do.
-            break  # the head of the blocked line gets the plan, or nobody does
+        # The head of the blocked line (in queue order) gets the plan, or nobody does: the
+        # first queued job blocked by topology that holds no reservation (found in one pass,
+        # without sorting the queue).
+        holders = set(state.reservations.values())
+        blocked = [
+            j
+            for j in state.jobs.values()
+            if j.status is JobStatus.QUEUED
+            and j.blocked is not None
+            and j.blocked.reason == "topology"
+            and j.id not in holders
+        ]
+        if not blocked:
+            return []
+        job = min(blocked, key=lambda j: j.queue_key)
+        # A job blocked behind the head changes nothing for the head: search again only when
+        # the head is newly blocked (full budget) or room may have come back (retry).
+        if job.id not in wanted and not retry:
+            return []
+        tries = MAX_TRIES if job.id in wanted else RETRY_TRIES
+        plan = plan_defrag(state, job.id, now=now, max_tries=tries)
+        if plan is not None and plan.victims:
+            return proposals(state, plan, self.name)
+        # No plan, or room without preemption (the scheduler will place it; a replica that
+        # lags the controller sees such rooms late): nothing for defrag to do.
         return []
 
 

@@ -26,8 +26,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rackplane.models import BlockReason, Health, NodeId, PodId, RackId, TopologyIndex
-from rackplane.projections.state import ClusterState
+from immutables import Map
+
+from rackplane.models import (
+    BlockReason,
+    Health,
+    NodeId,
+    PodId,
+    RackHealth,
+    RackId,
+    TopologyIndex,
+)
+from rackplane.projections.state import ClusterState, RackState
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +77,9 @@ class Capacity:
         self.spares = state.settings.spares_per_rack if keep_spares else 0
         self.taken: dict[RackId, set[NodeId]] = {}
         self.freed: dict[RackId, set[NodeId]] = {}
-        racks = state.racks
         # Raw room per rack: free nodes less the reserve. It goes negative when a swap has
         # eaten into the reserve; keeping the sign makes releases and takes add up exactly.
-        self.usable: dict[RackId, int] = {}
-        for r in self.index.racks:
-            rs = racks[r.id]
-            self.usable[r.id] = len(rs.free) - self.spares if rs.healthy else -(10**9)
+        self.usable: dict[RackId, int] = dict(_usable(state, self.index, self.spares))
 
     @property
     def total(self) -> int:
@@ -132,6 +138,29 @@ class Capacity:
     def view(self, exclude: frozenset[RackId] | set[RackId] = frozenset()) -> dict[RackId, int]:
         """Usable nodes per rack (never negative), with `exclude` seen as full."""
         return {r: (0 if r in exclude or u < 0 else u) for r, u in self.usable.items()}
+
+
+_LAST: list[tuple[Map[RackId, RackState], TopologyIndex, int, dict[RackId, int]]] = []
+"""The last usable-per-rack table built, with what it was built from: the scheduler, the
+defrag and the borrowing capacity of one cycle all start from the same state."""
+
+
+def _usable(state: ClusterState, index: TopologyIndex, spares: int) -> dict[RackId, int]:
+    """Free nodes less `spares` per rack (a failed rack: very negative), in index order; the
+    same table again while the racks' map is the same immutable object."""
+    racks = state.racks
+    for last_racks, last_index, last_spares, table in _LAST:
+        if last_racks is racks and last_index is index and last_spares == spares:
+            return table
+    healthy, down = RackHealth.HEALTHY, -(10**9)
+    ids = [r.id for r in index.racks]
+    table = {
+        rid: (len(rs.free) - spares if rs.health is healthy else down)
+        for rid, rs in zip(ids, map(racks.__getitem__, ids), strict=True)
+    }
+    _LAST.insert(0, (racks, index, spares, table))
+    del _LAST[2:]  # the table with spares kept and the one without (borrowing)
+    return table
 
 
 def find_placement(
