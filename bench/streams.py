@@ -1,15 +1,15 @@
 """Throughput and latency of the streaming pipeline, in one run on one broker.
 
 1. raw: a plain aiokafka consumer reading N pre-produced telemetry records (the ceiling).
-2. telemetry: a worker running only the GPU Manager (and the controller) drains a backlog of
-   N samples (the cluster registered beforehand); the last carries a fatal XID, so the clock
-   stops when its `NodeFailed` event appears.
+2. telemetry: a worker running only the GPU Manager (and the controller), ready and idle, is
+   sent N samples (the cluster registered beforehand); the clock runs from the first sample
+   sent to the `NodeFailed` caused by the last two (fatal XID).
 3. commands: a worker running only the controller decides N pre-produced commands
    (cordon/uncordon pairs); the clock stops at the N-th command's event.
 4. latency: the same controller, fed 500 commands/s for `seconds`; each command's latency is
    send -> its event read back by a consumer polling every 5 ms.
-Worker start-up (about 5 s, a consumer-group join) is not counted: the clock starts when the
-worker reports its partitions assigned.
+Worker start-up (about 5 s, consumer-group joins) is not counted: the worker reports its
+partitions assigned before the clock starts.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from rackplane.models import (
     NodeTelemetry,
     PolicySettings,
     RegisterTopology,
+    Topology,
     UncordonNode,
 )
 from rackplane.streams.client import Client, ensure_topics
@@ -121,16 +122,12 @@ async def raw_consumer(url: str, n: int, sampler: Sampler | None = None) -> dict
     return {"stage": "raw aiokafka consumer", "messages": n, "seconds": dt, "per_second": n / dt}
 
 
-async def backlog(url: str, n: int, racks: int, make: Sampler) -> tuple[StreamConfig, str, str]:
-    """A registered cluster and n samples waiting on its telemetry topic: (config, cluster,
-    the node whose last two samples carry XID 79)."""
+async def _registered(url: str, racks: int) -> tuple[StreamConfig, Topology]:
+    """A cluster registered on fresh topics by a worker that then stopped: its telemetry group
+    has committed nothing (samples of nodes the controller does not know are rejected)."""
     config = _config(url, policies=(), projections=False)
     await ensure_topics(config)
     t = topology(racks)
-    nodes = [node for r in t.racks for node in r.nodes]
-    last = nodes[7]
-    # 1. Register the cluster with a worker running (samples of nodes the controller does
-    #    not know are rejected), then stop it: its telemetry group has committed nothing.
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
@@ -141,7 +138,14 @@ async def backlog(url: str, n: int, racks: int, make: Sampler) -> tuple[StreamCo
         )
     finally:
         worker.stop()
-    # 2. A backlog of n samples; the last two carry a fatal XID (one reading is not enough).
+    return config, t
+
+
+def _samples(t: Topology, n: int, make: Sampler) -> tuple[list[tuple[bytes, bytes]], str]:
+    """n samples of the cluster's nodes, the last two with a fatal XID (one reading is not
+    enough), and the node they are of."""
+    nodes = [node for r in t.racks for node in r.nodes]
+    last = nodes[7]
     values = [
         (node.encode(), TELEMETRY.dump_json(make(t.cluster, node, None), exclude_none=True))
         for node in (nodes[i % len(nodes)] for i in range(n - 2))
@@ -150,6 +154,14 @@ async def backlog(url: str, n: int, racks: int, make: Sampler) -> tuple[StreamCo
         values.append(
             (last.encode(), TELEMETRY.dump_json(make(t.cluster, last, 79), exclude_none=True))
         )
+    return values, last
+
+
+async def backlog(url: str, n: int, racks: int, make: Sampler) -> tuple[StreamConfig, str, str]:
+    """A registered cluster and n samples waiting on its telemetry topic: (config, cluster,
+    the node whose last two samples carry XID 79)."""
+    config, t = await _registered(url, racks)
+    values, last = _samples(t, n, make)
     async with Client(config, linger_ms=5) as client:
         await _produce(client, "telemetry", values)
     return config, t.cluster, last
@@ -158,14 +170,20 @@ async def backlog(url: str, n: int, racks: int, make: Sampler) -> tuple[StreamCo
 async def telemetry(
     url: str, n: int, racks: int = 128, sampler: Sampler | None = None, stage: str = ""
 ) -> dict[str, Any]:
-    config, cluster, last = await backlog(url, n, racks, sampler or _sample)
-    # 3. A fresh worker drains the backlog: from ready to the last sample's NodeFailed.
+    config, t = await _registered(url, racks)
+    values, last = _samples(t, n, sampler or _sample)
+    # A fresh worker, ready (its consumer groups joined, idle), then the samples: from the
+    # first one sent to the last one's NodeFailed. The worker cannot run ahead of the
+    # producer, which shares the cores with it: if anything, the rate is understated.
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
         t0 = time.monotonic()
+        async with Client(config, linger_ms=5) as client:
+            await _produce(client, "telemetry", values)
         t1 = await asyncio.wait_for(
-            _wait_event(config, cluster, lambda e: e.type == "NodeFailed" and e.node == last), 600
+            _wait_event(config, t.cluster, lambda e: e.type == "NodeFailed" and e.node == last),
+            600,
         )
     finally:
         worker.stop()
