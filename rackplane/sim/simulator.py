@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from rackplane._gc import cycle_collection_paused
 from rackplane.engine import Engine
 from rackplane.models import (
     Command,
@@ -155,7 +156,15 @@ class Simulation:
     # -- the loop ------------------------------------------------------------------------------
 
     def run(self) -> PolicyMetrics:
-        """Simulate from the scenario's start to its end; return the metrics."""
+        """Simulate from the scenario's start to its end; return the metrics.
+
+        The cyclic garbage collector is paused for the run: a simulated year makes almost no
+        cyclic garbage (its 41 full collections found none), and their passes over a heap
+        that grows with the year cost 20 s of a 70 s full-stack year (50 s without)."""
+        with cycle_collection_paused():
+            return self._run()
+
+    def _run(self) -> PolicyMetrics:
         s = self.scenario
         self._send(RegisterTopology, "sim:operator", topology=s.topology, settings=self.settings)
         self.collector = Collector(self.policy, self.engine.state)
