@@ -83,8 +83,10 @@ class Pipeline:
                 await asyncio.wait_for(read(), timeout)
             except TimeoutError:
                 kinds = [e.type for e in got]
+                # the worker's own account, for a failure seen once in CI and never here
                 raise AssertionError(
-                    f"condition not met in {timeout:.0f} s; events: {kinds}"
+                    f"condition not met in {timeout:.0f} s; events: {kinds}\n"
+                    f"worker log (last 60 lines):\n{self.worker.log_tail(60)}"
                 ) from None
         return got
 
