@@ -8,7 +8,7 @@ mis-routed: that raises (a programming or infrastructure error, not a domain out
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from immutables import Map
@@ -103,20 +103,23 @@ def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
 def _fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
     b = _Builder(state)
     cluster, handlers, registered = state.cluster, _HANDLERS, TopologyRegistered
+    last, at = state.seq, state.at  # the builder's seq and at, kept in locals
     for event in events:
         seq = event.seq
         # the usual case (the next event of this cluster) in one comparison
-        unusual = seq != b.seq + 1 or event.cluster != cluster
-        if unusual and not _is_next(cluster, b.seq, event):
+        unusual = seq != last + 1 or event.cluster != cluster
+        if unusual and not _is_next(cluster, last, event):
             continue
         kind = type(event)
         if kind is registered:
+            b.seq, b.at = last, at
             b = _Builder(b.finish())  # a registration reads the state before it
         handlers[kind](b, event)
         command = event.causation_id
         if command is not None:
             b.remember(command, seq)
-        b.seq, b.at = seq, event.at
+        last, at = seq, event.at
+    b.seq, b.at = last, at
     return b.finish()
 
 
@@ -134,9 +137,11 @@ def _is_next(cluster: ClusterId, seq: int, event: Event) -> bool:
 class _Builder:
     """Collects the changes of a run of events, keeping `RackState.free` consistent with nodes.
 
-    Node assignments and free indexes are kept in plain dicts and sets while events are applied
-    (`serving`, `free`) and written into the persistent maps once, by `finish`: a replay of a
-    job placed on 16 nodes and completed later writes each node once at the end, not twice per
+    What changes on every job is kept in plain dicts and sets while events are applied and
+    written into the persistent maps once, by `finish`: node assignments and free indexes
+    (`serving`, `free`), job records (`jobs`, over the state's map), finished jobs and the
+    command ids seen. A replay of a job submitted, placed, started and completed in the run
+    never touches the job map, and writes each of its nodes once at the end, not twice per
     job. Health and cordon changes (rare) go straight to the node map, with the node's pending
     assignment folded in.
     """
@@ -147,32 +152,43 @@ class _Builder:
         self.settings = state.settings
         self.nodes = state.nodes.mutate()
         self.racks = state.racks.mutate()
-        self.jobs = state.jobs.mutate()
-        self.finished = state.finished.mutate()
+        self.jobs = _Jobs(state.jobs)
+        self.finished: dict[JobId, JobStatus] = {}
+        """Jobs finished in the run, not yet in the state's `finished`."""
         self.reservations = state.reservations
         self.allowed_by = state.interactive_preemption_allowed_by
         self.allowed_why = state.interactive_preemption_reason
         self.cluster = state.cluster
         self.seq = state.seq
         self.at = state.at
-        self.seen_recent = state.seen.recent.mutate()
-        self.seen_older = state.seen.older
+        self.seen_recent = state.seen.recent
+        self.seen_older: Map[str, int] | dict[str, int] = state.seen.older
         self.seen_window = state.seen.window
+        self.seen_new: dict[str, int] = {}
+        """Command ids seen in the run, not yet in `seen_recent`."""
+        self.seen_count = len(state.seen.recent)
+        """Ids in the recent generation: `seen_recent` and `seen_new`."""
         self.serving: dict[NodeId, tuple[JobId | None, int | None]] = {}
         """Job and slice of nodes whose assignment changed, not yet in `nodes`."""
         self.free: dict[RackId, set[NodeId]] = {}
         """Free index of racks whose index changed, not yet in `racks`."""
+        self.down: dict[RackId, set[NodeId]] = {}
+        """`down_in` of the racks it was asked for."""
 
     def remember(self, command: str, seq: int) -> None:
         """`SeenCommands.add`, on the builder's own copy."""
-        recent = self.seen_recent
-        if command in recent or command in self.seen_older:
+        new = self.seen_new
+        if command in new or command in self.seen_recent or command in self.seen_older:
             return
-        if len(recent) >= self.seen_window:
-            self.seen_older = recent.finish()
-            self.seen_recent = Map({command: seq}).mutate()
-        else:
-            recent[command] = seq
+        if self.seen_count >= self.seen_window:  # the recent generation becomes the older
+            older = dict(self.seen_recent.items())
+            older.update(new)
+            self.seen_older = older  # a Map again in `finish`
+            self.seen_recent = Map()
+            new = self.seen_new = {}
+            self.seen_count = 0
+        new[command] = seq
+        self.seen_count += 1
 
     def node(self, node: NodeId) -> NodeState:
         old = self.nodes[node]
@@ -184,6 +200,20 @@ class _Builder:
 
     def rack_of(self, node: NodeId) -> RackId:
         return self.nodes[node].rack
+
+    def down_in(self, rack: RackId) -> set[NodeId]:
+        """The rack's nodes that are not healthy or are cordoned (never free), kept up to date
+        by `update_node` once asked for."""
+        down = self.down.get(rack)
+        if down is None:
+            assert self.index is not None, "a cluster with racks has a topology"
+            nodes, healthy = self.nodes, Health.HEALTHY
+            down = self.down[rack] = {
+                n
+                for n in self.index.rack(rack).nodes
+                if nodes[n].health is not healthy or nodes[n].cordoned
+            }
+        return down
 
     def free_of(self, rack: RackId) -> set[NodeId]:
         """The rack's free index, to change in place."""
@@ -207,14 +237,29 @@ class _Builder:
         )
         self.serving.pop(node, None)
         self.nodes[node] = new
+        down = self.down.get(new.rack)
+        if down is not None:
+            if new.health is Health.HEALTHY and not new.cordoned:
+                down.discard(node)
+            else:
+                down.add(node)
         if new.available:
             self.free_of(new.rack).add(node)
         else:
             self.free_of(new.rack).discard(node)
 
-    def assign(self, job: JobId, slice_index: int, nodes: Iterable[NodeId]) -> None:
-        """The nodes now serve the job's slice: none of them is free any more."""
-        serving, table, pair = self.serving, self.nodes, (job, slice_index)
+    def assign(
+        self, job: JobId, slice_index: int, nodes: Iterable[NodeId], racks: Sequence[RackId] = ()
+    ) -> None:
+        """The nodes now serve the job's slice: none of them is free any more. `racks`: the
+        racks of the nodes when known (a slice's); nodes of one rack take two bulk updates."""
+        serving, pair = self.serving, (job, slice_index)
+        if len(racks) == 1:
+            for n in nodes:
+                serving[n] = pair
+            self.free_of(racks[0]).difference_update(nodes)
+            return
+        table = self.nodes
         rack: RackId | None = None
         free: set[NodeId] = set()
         for n in nodes:
@@ -224,9 +269,18 @@ class _Builder:
                 rack, free = r, self.free_of(r)
             free.discard(n)
 
-    def release(self, nodes: Iterable[NodeId]) -> None:
-        """The nodes serve no job: the healthy, uncordoned ones are free again."""
-        serving, table, pair = self.serving, self.nodes, (None, None)
+    def release(self, nodes: Iterable[NodeId], racks: Sequence[RackId] = ()) -> None:
+        """The nodes serve no job: the healthy, uncordoned ones are free again. `racks`: as
+        for `assign`."""
+        serving, pair = self.serving, (None, None)
+        if len(racks) == 1:
+            for n in nodes:
+                serving[n] = pair
+            of_rack = self.free_of(racks[0])
+            of_rack.update(nodes)
+            of_rack.difference_update(self.down_in(racks[0]))  # never free, released or not
+            return
+        table = self.nodes
         healthy = Health.HEALTHY
         rack: RackId | None = None
         free: set[NodeId] = set()
@@ -239,16 +293,23 @@ class _Builder:
                 free.add(n)
 
     def job(self, job: JobId) -> JobState:
-        return self.jobs[job]
+        record = self.jobs[job]
+        if record is None:
+            raise KeyError(job)
+        return record
 
     def put_job(self, new: JobState) -> None:
         self.jobs[new.id] = new
 
     def finish_job(self, job: JobId, status: JobStatus) -> None:
-        state: JobState = self.jobs[job]
+        jobs = self.jobs
+        state = self.job(job)
         for s in state.slices:
-            self.release(s.nodes)
-        del self.jobs[job]
+            self.release(s.nodes, s.racks)
+        if job in jobs.base:
+            jobs[job] = None
+        else:
+            del jobs[job]
         self.finished[job] = status
         self.release_reservations(job)
 
@@ -279,6 +340,22 @@ class _Builder:
                 racks[rack] = RackState(
                     r.id, r.pod, r.size, r.gpus_per_node, frozenset(free), r.health, r.cause
                 )
+        jobs = self.state.jobs
+        if self.jobs:
+            changed = jobs.mutate()
+            for job, record in self.jobs.items():
+                if record is None:
+                    del changed[job]
+                else:
+                    changed[job] = record
+            jobs = changed.finish()
+        finished = self.state.finished
+        if self.finished:
+            finished = finished.update(self.finished)
+        recent = self.seen_recent.update(self.seen_new) if self.seen_new else self.seen_recent
+        older = self.seen_older
+        if isinstance(older, dict):
+            older = Map(older)
         # Built directly: dataclasses.replace costs several microseconds per event.
         return ClusterState(
             self.cluster,
@@ -288,33 +365,58 @@ class _Builder:
             self.settings,
             nodes.finish(),
             racks.finish(),
-            self.jobs.finish(),
-            self.finished.finish(),
+            jobs,
+            finished,
             self.reservations,
             self.allowed_by,
             self.allowed_why,
-            SeenCommands(self.seen_recent.finish(), self.seen_older, self.seen_window),
+            SeenCommands(recent, older, self.seen_window),
         )
+
+
+_new = tuple.__new__
+"""`_new(JobState, (field, ...))`: a record built without the named tuple's `__new__` (a
+Python function: a frame per record); every field is given, in order (see
+tests/core/test_evolve_records.py)."""
+_QUEUED_TAIL = tuple(JobState._field_defaults.values())
+"""The fields of a job just submitted after `submitted_at`: their defaults, in order."""
+
+
+class _Jobs(dict[JobId, JobState | None]):
+    """Job records changed in a run, over the state's map (`base`), which a lookup of a job
+    not changed yet falls through to; None marks a job of `base` that is gone."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Map[JobId, JobState]) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, job: JobId) -> JobState:
+        return self.base[job]
 
 
 def _job_with(job: JobState, **changes: Any) -> JobState:
     """`dataclasses.replace` for a job, built field by field (a few times cheaper)."""
     get = changes.get
-    return JobState(
-        job.spec,
-        get("status", job.status),
-        job.order,
-        job.submitted_at,
-        get("slices", job.slices),
-        get("placed_at", job.placed_at),
-        get("started_at", job.started_at),
-        get("run_since", job.run_since),
-        get("blocked", job.blocked),
-        get("borrowing", job.borrowing),
-        get("front", job.front),
-        get("preemptions", job.preemptions),
-        get("migrations", job.migrations),
-        get("swaps", job.swaps),
+    return _new(
+        JobState,
+        (
+            job.spec,
+            get("status", job.status),
+            job.order,
+            job.submitted_at,
+            get("slices", job.slices),
+            get("placed_at", job.placed_at),
+            get("started_at", job.started_at),
+            get("run_since", job.run_since),
+            get("blocked", job.blocked),
+            get("borrowing", job.borrowing),
+            get("front", job.front),
+            get("preemptions", job.preemptions),
+            get("migrations", job.migrations),
+            get("swaps", job.swaps),
+        ),
     )
 
 
@@ -366,7 +468,7 @@ def _policy_configured(b: _Builder, e: PolicyConfigured) -> None:
 
 def _job_submitted(b: _Builder, e: JobSubmitted) -> None:
     spec = e.job
-    b.jobs[spec.id] = JobState(spec, JobStatus.QUEUED, e.seq, e.at)
+    b.jobs[spec.id] = _new(JobState, (spec, JobStatus.QUEUED, e.seq, e.at, *_QUEUED_TAIL))
 
 
 def _job_blocked(b: _Builder, e: JobBlocked) -> None:
@@ -377,50 +479,56 @@ def _job_blocked(b: _Builder, e: JobBlocked) -> None:
 
 
 def _job_placed(b: _Builder, e: JobPlaced) -> None:
-    job: JobState = b.jobs[e.job]
+    job = b.job(e.job)
     spec = job.spec
     sizes = spec.slice_sizes
     slices = []
     for s in e.slices:
-        slices.append(SliceState(s.index, sizes[s.index], s.nodes, s.racks))
-        b.assign(spec.id, s.index, s.nodes)
-    b.jobs[spec.id] = JobState(
-        spec,
-        JobStatus.PLACED,
-        job.order,
-        job.submitted_at,
-        tuple(slices),
-        e.at,
-        job.started_at,
-        job.run_since,
-        None,
-        e.borrowing,
-        False,
-        job.preemptions,
-        job.migrations,
-        job.swaps,
+        slices.append(_new(SliceState, (s.index, sizes[s.index], s.nodes, s.racks)))
+        b.assign(spec.id, s.index, s.nodes, s.racks)
+    b.jobs[spec.id] = _new(
+        JobState,
+        (
+            spec,
+            JobStatus.PLACED,
+            job.order,
+            job.submitted_at,
+            tuple(slices),
+            e.at,
+            job.started_at,
+            job.run_since,
+            None,
+            e.borrowing,
+            False,
+            job.preemptions,
+            job.migrations,
+            job.swaps,
+        ),
     )
     b.release_reservations(spec.id)
 
 
 def _job_started(b: _Builder, e: JobStarted) -> None:
-    job: JobState = b.jobs[e.job]
+    job = b.job(e.job)
     at = e.at
-    b.jobs[e.job] = JobState(
-        job.spec,
-        JobStatus.RUNNING,
-        job.order,
-        job.submitted_at,
-        job.slices,
-        job.placed_at,
-        at,
-        at,
-        job.blocked,
-        job.borrowing,
-        job.front,
-        job.preemptions,
-        job.migrations,
-        job.swaps,
+    b.jobs[e.job] = _new(
+        JobState,
+        (
+            job.spec,
+            JobStatus.RUNNING,
+            job.order,
+            job.submitted_at,
+            job.slices,
+            job.placed_at,
+            at,
+            at,
+            job.blocked,
+            job.borrowing,
+            job.front,
+            job.preemptions,
+            job.migrations,
+            job.swaps,
+        ),
     )
 
 
@@ -499,7 +607,7 @@ def _node_swapped(b: _Builder, e: NodeSwapped) -> None:
 def _slice_migrated(b: _Builder, e: SliceMigrated) -> None:
     job = b.job(e.job)
     old = job.slices[e.slice]
-    b.release(old.nodes)
+    b.release(old.nodes, old.racks)
     b.assign(job.id, e.slice, e.new_nodes)
     new = old._replace(nodes=e.new_nodes, racks=_racks_of(b, e.new_nodes))
     job = b.replace_slice(job, new)

@@ -5,9 +5,21 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from rackplane.models import JobSpec, JobStatus
+from rackplane.models import (
+    CompleteJob,
+    CordonNode,
+    JobSpec,
+    JobStatus,
+    JobSubmitted,
+    PlaceJob,
+    SliceAssignment,
+    SubmitJob,
+    UncordonNode,
+)
+from rackplane.projections import evolve, fold, initial_state
 from rackplane.projections.evolve import _job_with
-from rackplane.projections.state import BlockInfo, JobState, SliceState
+from rackplane.projections.state import BlockInfo, ClusterState, JobState, SliceState
+from tests.builders import CLUSTER, Harness, cmd, job, node, nodes, rack, register
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -43,3 +55,28 @@ def test_job_with_copies_every_field_and_changes_only_those_given() -> None:
     assert _job_with(JOB) == JOB
     changes = {"status": JobStatus.QUEUED, "front": False, "swaps": 9, "blocked": None}
     assert _job_with(JOB, **changes) == JOB._replace(**changes)
+
+
+def test_a_submitted_job_gets_the_defaults_of_every_later_field() -> None:
+    submitted = JobSubmitted(id="c/1", cluster="c", seq=1, at=AT, actor="user", job=JOB.spec)
+    state = evolve(ClusterState(cluster="c"), submitted)
+    assert state.jobs["j1"] == JobState(JOB.spec, JobStatus.QUEUED, 1, AT)
+    assert type(state.jobs["j1"]) is JobState
+
+
+def test_a_node_back_in_service_is_freed_by_a_later_release_in_the_same_run() -> None:
+    # One run of `fold`: the rack's never-free nodes are looked up by the first release
+    # (j1), then a node is cordoned and uncordoned, served by j2 and released with it:
+    # it must be free at the end, as it is when the events are applied one by one.
+    h = Harness().given(register(rack("r01", 6), spares_per_rack=0))
+    for job_id, command in (("j1", None), ("j2", CordonNode)):
+        h.given(cmd(SubmitJob, job=job(job_id, 2, slice_size=2)))
+        if command is not None:
+            h.given(cmd(command, node=node("r01", 1)), cmd(UncordonNode, node=node("r01", 1)))
+        h.given(
+            cmd(PlaceJob, job=job_id, slices=(SliceAssignment(nodes=nodes("r01", 1, 2)),)),
+            cmd(CompleteJob, job=job_id),
+        )
+    replayed = fold(initial_state(CLUSTER), h.log)
+    assert replayed == h.state
+    assert replayed.racks["r01"].free == frozenset(nodes("r01", 1, 6))

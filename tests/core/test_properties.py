@@ -42,6 +42,7 @@ from rackplane.models import (
 )
 from rackplane.policies import decide
 from rackplane.projections import ClusterState, EventGap, evolve, fold, initial_state
+from rackplane.projections.state import SeenCommands
 from tests.builders import CLUSTER, Harness, cmd, job, rack, register
 from tests.invariants import check_invariants
 
@@ -244,6 +245,14 @@ class ClusterMachine(RuleBasedStateMachine):
             for e in self.h.log:
                 by_one = evolve(by_one, e)
             assert by_one == once
+            # The same with a window of three command ids: the generations of ids seen turn
+            # over inside runs of events too.
+            small = replace(initial_state(CLUSTER), seen=SeenCommands(window=3))
+            by_one = small
+            for e in self.h.log:
+                by_one = evolve(by_one, e)
+            assert fold(small, self.h.log) == by_one
+            assert fold(fold(small, self.h.log[:k]), self.h.log[k:]) == by_one
 
 
 ClusterMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=50, deadline=None)
