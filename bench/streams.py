@@ -10,16 +10,22 @@
    send -> its event read back by a consumer polling every 5 ms.
 Worker start-up (about 5 s, consumer-group joins) is not counted: the worker reports its
 partitions assigned before the clock starts.
+
+The broker, the worker and this client share the machine's cores, so the telemetry and
+command stages also report the worker's own CPU time over the clocked span (Linux: from
+/proc): `per_worker_cpu_s`, what one core given to the worker alone would sustain.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -41,6 +47,24 @@ from rackplane.streams.config import StreamConfig
 from rackplane.streams.process import WorkerProcess
 
 Progress = Callable[[str], None]
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far; None where /proc is missing."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rate(stage: str, n: int, dt: float, cpu: tuple[float | None, float | None]) -> dict[str, Any]:
+    """A stage's row: messages per second of wall time and per second of the worker's CPU."""
+    row: dict[str, Any] = {"stage": stage, "messages": n, "seconds": dt, "per_second": n / dt}
+    if cpu[0] is not None and cpu[1] is not None:
+        row["worker_cpu_s"] = cpu[1] - cpu[0]
+        row["per_worker_cpu_s"] = n / (cpu[1] - cpu[0])
+    return row
 
 
 def _config(url: str, **kw: Any) -> StreamConfig:
@@ -178,22 +202,18 @@ async def telemetry(
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
-        t0 = time.monotonic()
+        pid = worker.pid
+        c0, t0 = _cpu_seconds(pid), time.monotonic()
         async with Client(config, linger_ms=5) as client:
             await _produce(client, "telemetry", values)
         t1 = await asyncio.wait_for(
             _wait_event(config, t.cluster, lambda e: e.type == "NodeFailed" and e.node == last),
             600,
         )
+        c1 = _cpu_seconds(pid)
     finally:
         worker.stop()
-    dt = t1 - t0
-    return {
-        "stage": stage or "telemetry through gpu_manager",
-        "messages": n,
-        "seconds": dt,
-        "per_second": n / dt,
-    }
+    return _rate(stage or "telemetry through gpu_manager", n, t1 - t0, (c0, c1))
 
 
 async def commands(url: str, n: int, racks: int = 128) -> dict[str, Any]:
@@ -212,19 +232,15 @@ async def commands(url: str, n: int, racks: int = 128) -> dict[str, Any]:
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
-        t0 = time.monotonic()
+        pid = worker.pid
+        c0, t0 = _cpu_seconds(pid), time.monotonic()
         t1 = await asyncio.wait_for(
             _wait_event(config, t.cluster, lambda e: e.causation_id == f"c{n - 1}"), 600
         )
+        c1 = _cpu_seconds(pid)
     finally:
         worker.stop()
-    dt = t1 - t0
-    return {
-        "stage": "commands through controller",
-        "messages": n,
-        "seconds": dt,
-        "per_second": n / dt,
-    }
+    return _rate("commands through controller", n, t1 - t0, (c0, c1))
 
 
 async def latency(url: str, rate: float, seconds: float, racks: int = 128) -> dict[str, Any]:

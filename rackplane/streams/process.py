@@ -105,6 +105,13 @@ class WorkerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     @property
+    def pid(self) -> int:
+        """The worker's process id. Raises WorkerError when it is not running."""
+        if self.process is None:
+            raise WorkerError("the worker is not started")
+        return self.process.pid
+
+    @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
