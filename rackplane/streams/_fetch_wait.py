@@ -12,11 +12,12 @@ per batch, so the controller's commands partition reached that point after ~10,0
 at a 5 ms wait; at the 50 ms default it comes after ~90,000.
 
 The rule, per consumer: an empty answer although the partition's end (high watermark, or
-last stable offset under read_committed) lies past the fetch position doubles the next
-fetch's wait, up to `MAX_WAIT_MS`; an empty answer with nothing to read halves it back
-towards the configured wait; an answer with data keeps it. Apache Kafka answers as soon as
-data is there, so it never sees the doubling outside read_committed's open transactions, where
-a longer wait costs nothing either (Kafka still answers on new data).
+last stable offset under read_committed) lay past the fetch position when the fetch was
+sent doubles the next fetch's wait, up to `MAX_WAIT_MS`; an empty answer with nothing to
+read halves it back towards the configured wait; an answer with data keeps it. Apache Kafka
+answers as soon as data is there, so it never sees the doubling outside read_committed's
+open transactions, where a longer wait costs nothing either (Kafka still answers on new
+data).
 
 `apply()` patches aiokafka's `Fetcher` class (idempotent; done on `import rackplane.streams`):
 every consumer of the process gets it, Faust's included.
@@ -49,9 +50,25 @@ def next_wait(wait: int, floor: int, *, got_data: bool, behind: bool) -> int:
     return max(floor, wait // 2)
 
 
-def _behind(fetcher: Any, assignment: Any, request: Any) -> bool:
-    """Whether a partition of `request` got no records though its end is past the position."""
+def ends(fetcher: Any, assignment: Any, request: Any) -> dict[TopicPartition, int]:
+    """The end of each partition of `request` as last known (high watermark, or last stable
+    offset under read_committed): taken before the fetch is sent."""
     committed_only = fetcher._isolation_level == _fetcher.READ_COMMITTED
+    out: dict[TopicPartition, int] = {}
+    for topic, partitions in request.topics:
+        for partition, _offset, _max_bytes in partitions:
+            tp = TopicPartition(topic, partition)
+            state = assignment.state_value(tp)
+            end = None if state is None else (state.lso if committed_only else state.highwater)
+            if end is not None:
+                out[tp] = end
+    return out
+
+
+def _behind(fetcher: Any, assignment: Any, request: Any, before: dict[TopicPartition, int]) -> bool:
+    """Whether a partition of `request` got no records though data past the fetch offset was
+    there when the fetch was sent. (Data that arrives during the wait does not count: Tansu
+    does not wake a waiting fetch, and that is the wait doing its job, not starving.)"""
     for topic, partitions in request.topics:
         for partition, offset, _max_bytes in partitions:
             tp = TopicPartition(topic, partition)
@@ -60,19 +77,25 @@ def _behind(fetcher: Any, assignment: Any, request: Any) -> bool:
             state = assignment.state_value(tp)
             if state is None or not state.has_valid_position or state.position != offset:
                 continue
-            end = state.lso if committed_only else state.highwater
-            if end is not None and end > offset:
+            if before.get(tp, offset) > offset:
                 return True
     return False
 
 
-def adapt(fetcher: Any, assignment: Any, request: Any, got_data: bool) -> int:
-    """Set `fetcher`'s wait for its next fetch after the answer to `request`; return it."""
+def adapt(
+    fetcher: Any,
+    assignment: Any,
+    request: Any,
+    got_data: bool,
+    before: dict[TopicPartition, int],
+) -> int:
+    """Set `fetcher`'s wait for its next fetch after the answer to `request` (`before`: the
+    partitions' ends when it was sent, from `ends`); return the wait."""
     floor = fetcher.__dict__.setdefault(_FLOOR, fetcher._fetch_max_wait_ms)
     wait: int = fetcher._fetch_max_wait_ms
     if not assignment.active:
         return wait
-    behind = not got_data and _behind(fetcher, assignment, request)
+    behind = not got_data and _behind(fetcher, assignment, request, before)
     new = next_wait(wait, floor, got_data=got_data, behind=behind)
     if new != wait:
         fetcher._fetch_max_wait_ms = new
@@ -89,8 +112,9 @@ def apply() -> None:
     original = cls._proc_fetch_request
 
     async def proc_fetch_request(self: Any, assignment: Any, node_id: Any, request: Any) -> Any:
+        before = ends(self, assignment, request)
         got_data = await original(self, assignment, node_id, request)
-        adapt(self, assignment, request, bool(got_data))
+        adapt(self, assignment, request, bool(got_data), before)
         return got_data
 
     cls._proc_fetch_request = proc_fetch_request

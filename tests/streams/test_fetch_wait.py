@@ -69,29 +69,56 @@ def _request(offset: int) -> _Request:
     return _Request([(TP.topic, [(TP.partition, offset, 1_048_576)])])
 
 
+def _answer(f: _Fetcher, a: _Assignment, offset: int, got_data: bool, end_before: int) -> int:
+    """`adapt` after a fetch at `offset` sent when the partition's end was `end_before`."""
+    before = _fetch_wait.ends(
+        f, _Assignment(_State(offset, end_before, end_before)), _request(offset)
+    )
+    return adapt(f, a, _request(offset), got_data, before)
+
+
 def test_adapt_raises_the_wait_only_while_the_partition_holds_data_past_the_position() -> None:
     f = _Fetcher()
     behind = _Assignment(_State(position=100, highwater=10_000))
-    assert [adapt(f, behind, _request(100), False) for _ in range(3)] == [10, 20, 40]
-    assert adapt(f, behind, _request(100), True) == 40  # data came: kept
+    assert [_answer(f, behind, 100, False, 10_000) for _ in range(3)] == [10, 20, 40]
+    assert _answer(f, behind, 100, True, 10_000) == 40  # data came: kept
     caught_up = _Assignment(_State(position=10_000, highwater=10_000))
-    assert [adapt(f, caught_up, _request(10_000), False) for _ in range(4)] == [20, 10, 5, 5]
+    assert [_answer(f, caught_up, 10_000, False, 10_000) for _ in range(4)] == [20, 10, 5, 5]
+
+
+def test_data_that_arrived_during_the_wait_is_not_starvation() -> None:
+    # Sent at the end (10,000); the answer is empty and says the end is now 10,001: Tansu
+    # waited the fetch out (no early wake-up), as asked. The next fetch gets the record.
+    f = _Fetcher()
+    arrived = _Assignment(_State(position=10_000, highwater=10_001))
+    assert _answer(f, arrived, 10_000, False, 10_000) == 5
+    f._fetch_max_wait_ms = 40
+    assert _answer(f, arrived, 10_000, False, 10_000) == 20  # idle: back towards the floor
+
+
+def test_the_first_answer_without_a_known_end_changes_nothing() -> None:
+    f = _Fetcher()
+    fresh = _Assignment(_State(position=0, highwater=10_000))
+    assert adapt(f, fresh, _request(0), False, {}) == 5
 
 
 def test_adapt_ignores_stale_answers_and_lost_assignments() -> None:
     f = _Fetcher()
     moved = _Assignment(_State(position=200, highwater=10_000))  # seeked since the request
-    assert adapt(f, moved, _request(100), False) == 5
+    assert _answer(f, moved, 100, False, 10_000) == 5
     gone = _Assignment(_State(position=100, highwater=10_000), active=False)
-    assert adapt(f, gone, _request(100), False) == 5
+    assert _answer(f, gone, 100, False, 10_000) == 5
 
 
 def test_under_read_committed_the_end_is_the_last_stable_offset() -> None:
     f = _Fetcher(_isolation_level=READ_COMMITTED)
     open_txn = _Assignment(_State(position=100, highwater=150, lso=100))
-    assert adapt(f, open_txn, _request(100), False) == 5
+    before = _fetch_wait.ends(f, open_txn, _request(100))
+    assert before == {TP: 100}
+    assert adapt(f, open_txn, _request(100), False, before) == 5
     committed = _Assignment(_State(position=100, highwater=150, lso=150))
-    assert adapt(f, committed, _request(100), False) == 10
+    before = _fetch_wait.ends(f, committed, _request(100))
+    assert adapt(f, committed, _request(100), False, before) == 10
 
 
 @pytest.mark.parametrize("module", ["rackplane.streams.client", "rackplane.streams.app"])
