@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the raw rows here")
     parser.add_argument(
         "--only",
-        choices=["placement", "defrag", "sim", "streams", "gpu", "tui", "history"],
+        choices=["placement", "defrag", "sim", "streams", "fetchwait", "gpu", "tui", "history"],
         help="one benchmark",
     )
     args = parser.parse_args(argv)
@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
             with EmbeddedBroker() as broker:
                 results["streams"] = asyncio.run(run_all(broker.url, say, quick=args.quick))
+        if args.only == "fetchwait":  # minutes: only when asked for
+            from bench import fetch_wait
+
+            results["fetchwait"] = fetch_wait.run_all(say, quick=args.quick)
         if args.only in (None, "tui"):
             from bench.tui import refresh_after_event
 
@@ -129,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         ("placement", "Placement latency (ms)"),
         ("defrag", "Defrag plan (ms)"),
         ("streams", "Streaming pipeline (embedded Tansu)"),
+        ("fetchwait", "Fetch wait on Tansu: latency at 500 commands/s, idle CPU"),
         ("tui", "Console: cluster view refresh after one event (ms)"),
         ("history", "History: DuckDB ingest and replay"),
         ("gpu", "GPU Manager: telemetry classified (embedded Tansu)"),

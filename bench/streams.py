@@ -243,8 +243,16 @@ async def commands(url: str, n: int, racks: int = 128) -> dict[str, Any]:
     return _rate("commands through controller", n, t1 - t0, (c0, c1))
 
 
-async def latency(url: str, rate: float, seconds: float, racks: int = 128) -> dict[str, Any]:
-    config = _config(url, policies=(), projections=False, gpu_manager=False)
+async def latency(
+    url: str,
+    rate: float,
+    seconds: float,
+    racks: int = 128,
+    fetch_wait_ms: int = StreamConfig.fetch_wait_ms,
+) -> dict[str, Any]:
+    config = _config(
+        url, policies=(), projections=False, gpu_manager=False, fetch_wait_ms=fetch_wait_ms
+    )
     await ensure_topics(config)
     t = topology(racks)
     node = t.racks[0].nodes[0]

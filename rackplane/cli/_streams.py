@@ -83,7 +83,11 @@ def worker(
         int | None, typer.Option(help="Larger messages are rejected before decoding.")
     ] = None,
     fetch_wait_ms: Annotated[
-        int | None, typer.Option(help="Longest a fetch waits at the broker, ms.")
+        int | None,
+        typer.Option(
+            help="Longest a fetch waits at the broker when nothing is there, ms (default 20; "
+            "Apache Kafka: 100-500 cuts idle fetches)."
+        ),
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
 ) -> None:

@@ -113,13 +113,14 @@ class RackplaneSettings(BaseSettings):
     """Larger messages are rejected at the edge before decoding (to the rejected topic)."""
     session_timeout: float = Field(default=6.0, gt=0, le=300)
     """Consumer-group session timeout, seconds."""
-    fetch_wait_ms: int = Field(default=50, ge=1, le=30_000)
+    fetch_wait_ms: int = Field(default=20, ge=1, le=30_000)
     """Longest a consumer's fetch waits at the broker when nothing is there, ms (workers and
     clients). The embedded broker (Tansu) answers only when it runs out, so there it bounds the
     latency of every hop; Apache Kafka answers as soon as data arrives, so there it only paces
-    idle polling: 100-500 cuts idle fetch requests on a production cluster. 5 ms halves the
-    latency on Tansu at low load but has stalled the controller's Faust stream at 500
-    commands/s (docs/BENCHMARKS.md): not the default."""
+    idle polling: 100-500 cuts idle fetch requests on a production cluster. On Tansu, 20 ms
+    gets most of the latency of 5 ms (p50 at 500 commands/s ~42 vs ~37 ms; 50 ms: ~57) for
+    1-2% of a core of idle fetching more than 50 ms (docs/BENCHMARKS.md). A fetch answered
+    empty while data waits raises the wait for that consumer."""
     log_level: LogLevel = "warning"
     """Log level (quiet by default)."""
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as driver
 
-DEFAULT_FETCH_WAIT_MS = 50
+DEFAULT_FETCH_WAIT_MS = 20
 _PATCHED = "_rackplane_fetch_wait"
 _APP_ATTR = "_rackplane_fetch_wait_ms"
 

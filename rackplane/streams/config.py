@@ -94,11 +94,12 @@ class StreamConfig:
     """Larger values are rejected at the edge, before decoding."""
     session_timeout: float = 6.0
     """Consumer-group session: joins wait about half of it on Tansu (STACK_NOTES)."""
-    fetch_wait_ms: int = 50
+    fetch_wait_ms: int = 20
     """Longest a fetch waits at the broker when no data is there (`fetch_max_wait_ms` of every
     consumer of the worker and the client). Tansu answers only when it runs out, so on the
     embedded broker it bounds every hop's latency; Apache Kafka answers as soon as data
-    arrives, so there it only paces the idle fetches."""
+    arrives, so there it only paces the idle fetches. A fetch answered empty while data waits
+    raises it for that consumer (`_fetch_wait`)."""
     policies: tuple[str, ...] = ("spare_swap", "tas", "defrag")
     gpu_manager: bool = True
     projections: bool = True

@@ -121,15 +121,20 @@ async def quiet_log(
     return got
 
 
-def start_pipeline(broker: BrokerUnderTest, tmp: Path, **overrides: object) -> Pipeline:
+def new_config(broker: BrokerUnderTest, **overrides: object) -> StreamConfig:
+    """A config of unique topics on the suite's broker (2 partitions unless overridden)."""
     name = f"t{uuid.uuid4().hex[:8]}"
-    config = StreamConfig(
+    fields: dict[str, object] = {"partitions": 2, **overrides}
+    return StreamConfig(
         broker=f"kafka://{broker.bootstrap}",
         prefix=name,
         app_id=name,
-        partitions=2,
-        **overrides,  # type: ignore[arg-type]
+        **fields,  # type: ignore[arg-type]
     )
+
+
+def start_pipeline(broker: BrokerUnderTest, tmp: Path, **overrides: object) -> Pipeline:
+    config = new_config(broker, **overrides)
     asyncio.run(ensure_topics(config))
     worker = WorkerProcess(config, data_dir=tmp)
     worker.start()

@@ -27,7 +27,7 @@ WANT_WAIT = 7
 def test_the_fetch_wait_comes_from_the_settings_and_reaches_the_worker_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert load_settings().settings.stream_config().fetch_wait_ms == 50  # the default
+    assert load_settings().settings.stream_config().fetch_wait_ms == 20  # the default
     monkeypatch.setenv("RACKPLANE_FETCH_WAIT_MS", str(WANT_WAIT))
     config = load_settings().settings.stream_config()
     assert config.fetch_wait_ms == WANT_WAIT
