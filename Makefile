@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka lint bench clean kcat
+.PHONY: up demo test test-kafka lint bench bench-kafka clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -47,6 +47,11 @@ test-kafka: $(VENV)/.dev kcat
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench --only sim
+
+## bench-kafka: the streaming benchmark on a real Apache Kafka 4.x (KRaft), fetched with Maven
+bench-kafka: $(VENV)/.dev
+	$(BIN)/python scripts/kafka/kafka_server.py run -- \
+		sh -c '$(BIN)/python -m bench --only streams --broker "$$RACKPLANE_TEST_BROKER"'
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check $(SRC)

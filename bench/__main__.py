@@ -3,16 +3,20 @@
 Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's cluster view
 (`tui`) and the history (DuckDB ingest and replay of 1M events) by default; the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
-sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`.
+sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
+streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming one
+on an Apache Kafka 4.x started for it, as `make test-kafka` does).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,10 +73,28 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def _broker(url: str | None) -> Iterator[str]:
+    """The broker the streaming benchmarks run on: `url`, or an embedded Tansu for the block."""
+    if url is not None:
+        yield url
+        return
+    from rackplane.streams import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.url
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--json", type=Path, help="write the raw rows here")
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        help="run the streams and gpu benchmarks on this broker (kafka://HOST:PORT; "
+        "`make bench-kafka` starts an Apache Kafka for them) instead of an embedded Tansu",
+    )
     parser.add_argument(
         "--only",
         choices=["placement", "defrag", "sim", "streams", "fetchwait", "gpu", "tui", "history"],
@@ -103,10 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             import asyncio
 
             from bench.streams import run_all
-            from rackplane.streams import EmbeddedBroker
 
-            with EmbeddedBroker() as broker:
-                results["streams"] = asyncio.run(run_all(broker.url, say, quick=args.quick))
+            with _broker(args.broker) as url:
+                results["streams"] = asyncio.run(run_all(url, say, quick=args.quick))
         if args.only == "fetchwait":  # minutes: only when asked for
             from bench import fetch_wait
 
@@ -124,19 +145,19 @@ def main(argv: list[str] | None = None) -> int:
             import asyncio
 
             from bench import gpu
-            from rackplane.streams import EmbeddedBroker
 
-            with EmbeddedBroker() as broker:
-                results["gpu"] = asyncio.run(gpu.run_all(broker.url, say, quick=args.quick))
+            with _broker(args.broker) as url:
+                results["gpu"] = asyncio.run(gpu.run_all(url, say, quick=args.quick))
     out.print(f"[bold]{results['machine']}[/] — {results['date']}")
+    broker_name = args.broker or "embedded Tansu"
     for name, title in (
         ("placement", "Placement latency (ms)"),
         ("defrag", "Defrag plan (ms)"),
-        ("streams", "Streaming pipeline (embedded Tansu)"),
+        ("streams", f"Streaming pipeline ({broker_name})"),
         ("fetchwait", "Fetch wait on Tansu: latency at 500 commands/s, idle CPU"),
         ("tui", "Console: cluster view refresh after one event (ms)"),
         ("history", "History: DuckDB ingest and replay"),
-        ("gpu", "GPU Manager: telemetry classified (embedded Tansu)"),
+        ("gpu", f"GPU Manager: telemetry classified ({broker_name})"),
     ):
         if name in results:
             out.print(_table(title, results[name]))
