@@ -32,7 +32,6 @@ from rackplane.models import (
     Command,
     DefragAlternative,
     Event,
-    Health,
     JobBlocked,
     JobId,
     JobKind,
@@ -232,13 +231,12 @@ def plan_room(
     in_rack: dict[RackId, dict[JobId, int]] = {}
     freed_in: dict[JobId, dict[RackId, int]] = {}
     nodes = state.nodes
-    healthy = Health.HEALTHY
     for v in pool:
         vid = v.id
         mine: dict[RackId, int] = {}
         for n in v.nodes:
             node = nodes[n]
-            if node.health is healthy and not node.cordoned:
+            if node.in_service:
                 mine[node.rack] = mine.get(node.rack, 0) + 1
         if mine:
             freed_in[vid] = mine

@@ -207,11 +207,9 @@ class _Builder:
         down = self.down.get(rack)
         if down is None:
             assert self.index is not None, "a cluster with racks has a topology"
-            nodes, healthy = self.nodes, Health.HEALTHY
+            nodes = self.nodes
             down = self.down[rack] = {
-                n
-                for n in self.index.rack(rack).nodes
-                if nodes[n].health is not healthy or nodes[n].cordoned
+                n for n in self.index.rack(rack).nodes if not nodes[n].in_service
             }
         return down
 
@@ -239,7 +237,7 @@ class _Builder:
         self.nodes[node] = new
         down = self.down.get(new.rack)
         if down is not None:
-            if new.health is Health.HEALTHY and not new.cordoned:
+            if new.in_service:
                 down.discard(node)
             else:
                 down.add(node)
@@ -281,13 +279,12 @@ class _Builder:
             of_rack.difference_update(self.down_in(racks[0]))  # never free, released or not
             return
         table = self.nodes
-        healthy = Health.HEALTHY
         rack: RackId | None = None
         free: set[NodeId] = set()
         for n in nodes:
             serving[n] = pair
             old = table[n]
-            if old.health is healthy and not old.cordoned:
+            if old.in_service:
                 if old.rack != rack:
                     rack, free = old.rack, self.free_of(old.rack)
                 free.add(n)

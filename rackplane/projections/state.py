@@ -53,9 +53,14 @@ class NodeState(NamedTuple):
     cause: str = ""
 
     @property
+    def in_service(self) -> bool:
+        """Healthy and uncordoned: free whenever it serves no job."""
+        return self.health is Health.HEALTHY and not self.cordoned
+
+    @property
     def available(self) -> bool:
         """Healthy, uncordoned and unallocated: new work may go here (if its rack is healthy)."""
-        return self.job is None and self.health is Health.HEALTHY and not self.cordoned
+        return self.job is None and self.in_service
 
 
 class RackState(NamedTuple):
