@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.streams import _config, latency
+from bench.streams import _config, _cpu_seconds, latency
 from rackplane.streams import EmbeddedBroker
 from rackplane.streams.client import ensure_topics
 from rackplane.streams.process import WorkerProcess
@@ -25,11 +25,11 @@ from rackplane.streams.process import WorkerProcess
 WAITS = (5, 10, 20, 50)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (its threads included), seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu(pid: int) -> float:
+    cpu = _cpu_seconds(pid)
+    if cpu is None:
+        raise RuntimeError("the idle stage reads CPU time from /proc (Linux only)")
+    return cpu
 
 
 async def idle(broker: EmbeddedBroker, fetch_wait_ms: int, seconds: float) -> dict[str, Any]:
@@ -38,14 +38,14 @@ async def idle(broker: EmbeddedBroker, fetch_wait_ms: int, seconds: float) -> di
     worker = WorkerProcess(config)
     try:
         await asyncio.to_thread(worker.start)
-        assert worker.process is not None and broker.pid is not None
+        assert broker.pid is not None
         await asyncio.sleep(2)  # start-up's tail (recoveries, first rebuilds)
-        pids = (worker.process.pid, broker.pid)
-        before = [_cpu_seconds(p) for p in pids]
+        pids = (worker.pid, broker.pid)
+        before = [_cpu(p) for p in pids]
         t0 = time.monotonic()
         await asyncio.sleep(seconds)
         dt = time.monotonic() - t0
-        after = [_cpu_seconds(p) for p in pids]
+        after = [_cpu(p) for p in pids]
     finally:
         worker.stop()
     worker_pct, tansu_pct = (100 * (a - b) / dt for a, b in zip(after, before, strict=True))

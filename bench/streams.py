@@ -58,8 +58,11 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _rate(stage: str, n: int, dt: float, cpu: tuple[float | None, float | None]) -> dict[str, Any]:
-    """A stage's row: messages per second of wall time and per second of the worker's CPU."""
+def _rate(
+    stage: str, n: int, dt: float, cpu: tuple[float | None, float | None] = (None, None)
+) -> dict[str, Any]:
+    """A stage's row: messages per second of wall time and, given the worker's CPU time at
+    both ends, per second of its CPU."""
     row: dict[str, Any] = {"stage": stage, "messages": n, "seconds": dt, "per_second": n / dt}
     if cpu[0] is not None and cpu[1] is not None:
         row["worker_cpu_s"] = cpu[1] - cpu[0]
@@ -149,8 +152,7 @@ async def raw_consumer(url: str, n: int, sampler: Sampler | None = None) -> dict
             got += sum(len(v) for v in batch.values())
     finally:
         await consumer.stop()
-    dt = time.monotonic() - t0
-    return {"stage": "raw aiokafka consumer", "messages": n, "seconds": dt, "per_second": n / dt}
+    return _rate("raw aiokafka consumer", n, time.monotonic() - t0)
 
 
 async def _registered(url: str, racks: int) -> tuple[StreamConfig, Topology]:
