@@ -8,6 +8,7 @@ from typing import Any
 
 from rackplane.models import (
     Command,
+    CommandPosition,
     CommandRejected,
     Event,
     JobSpec,
@@ -70,8 +71,8 @@ class Harness:
     def tick(self, by: timedelta = timedelta(minutes=1)) -> None:
         self.now += by
 
-    def when(self, command: Command) -> list[Event]:
-        events = decide(self.state, command, now=self.now)
+    def when(self, command: Command, position: CommandPosition | None = None) -> list[Event]:
+        events = decide(self.state, command, now=self.now, position=position)
         for e in events:
             self.state = evolve(self.state, e)
         self.log.extend(events)

@@ -1,6 +1,11 @@
 """Pydantic shapes: topology, jobs, settings, commands and events. No I/O, no clock."""
 
-from rackplane.models._envelope import SCHEMA_VERSION, CommandEnvelope, EventEnvelope
+from rackplane.models._envelope import (
+    SCHEMA_VERSION,
+    CommandEnvelope,
+    CommandPosition,
+    EventEnvelope,
+)
 from rackplane.models._ids import ClusterId, CommandId, EventId, JobId, NodeId, PodId, RackId
 from rackplane.models.commands import (
     COMMANDS,
@@ -86,6 +91,7 @@ __all__ = [
     "CommandEnvelope",
     "CommandId",
     "CommandIgnored",
+    "CommandPosition",
     "CommandRejected",
     "CompleteJob",
     "ConfigurePolicy",

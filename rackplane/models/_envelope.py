@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rackplane.models._ids import Actor, ClusterId, CommandId, EventId
@@ -23,11 +25,26 @@ class CommandEnvelope(BaseModel):
     correlation_id: str | None = None
 
 
+class CommandPosition(NamedTuple):
+    """Where a command was read: its partition and offset in the commands topic.
+
+    The controller stamps it on every event the command causes (`command_partition`,
+    `command_offset`), so the log itself says which commands were decided: a redelivery of
+    any age is recognised by its position, not only by its id (whose window is finite).
+    """
+
+    partition: int
+    offset: int
+
+
 class EventEnvelope(BaseModel):
     """Something that happened in one cluster. Immutable; only ever appended.
 
     `(cluster, seq)` is the dedupe key and `seq` is gapless per cluster. `causation_id` is the
-    id of the command that caused the event; `correlation_id` ties a whole cascade together.
+    id of the command that caused the event; `correlation_id` ties a whole cascade together;
+    `command_partition` and `command_offset` say where that command was read from the
+    commands topic (None for commands that never went through a topic: the in-process engine,
+    the simulator).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -40,3 +57,5 @@ class EventEnvelope(BaseModel):
     actor: Actor
     causation_id: str | None = None
     correlation_id: str | None = None
+    command_partition: int | None = Field(default=None, ge=0)
+    command_offset: int | None = Field(default=None, ge=0)

@@ -83,6 +83,7 @@ RejectionCode = Literal[
     "node_unavailable",
     "shape_mismatch",
     "too_large",
+    "event_too_large",
     "slice_spans_racks",
     "spare_reserve",
     "not_preemptible",

@@ -1,6 +1,6 @@
 """The controller's decider and the scheduling policies. Pure: no I/O, no clock."""
 
-from rackplane.policies.controller import Rejected, decide
+from rackplane.policies.controller import Rejected, decide, refuse_oversized
 from rackplane.policies.defrag import Defrag, DefragPlan, plan_defrag
 from rackplane.policies.gpu_health import GpuHealthRules, HealthRules, NodeHealthState, step
 from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_placement
@@ -27,6 +27,7 @@ __all__ = [
     "find_placement",
     "plan_defrag",
     "preset",
+    "refuse_oversized",
     "schedule",
     "step",
 ]

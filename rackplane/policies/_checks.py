@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 from rackplane.models import (
     Command,
+    CommandPosition,
     Event,
     EventEnvelope,
     Health,
@@ -156,11 +157,22 @@ def impaired(s: ClusterState, job: JobState) -> bool:
 class Emitter:
     """Stamps the envelope on each event: gapless seq, time, actor, causation."""
 
-    def __init__(self, state: ClusterState, command: Command, now: datetime) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        command: Command,
+        now: datetime,
+        position: CommandPosition | None = None,
+    ) -> None:
         self.state = state
         self.command = command
         self.at = max(now, state.at) if state.at is not None else now
         self.events: list[Event] = []
+        self.where: dict[str, int] = (
+            {"command_partition": position.partition, "command_offset": position.offset}
+            if position is not None
+            else {}
+        )
 
     def emit(self, cls: type[EventEnvelope], **fields: Any) -> None:
         seq = self.state.seq + len(self.events) + 1
@@ -173,6 +185,7 @@ class Emitter:
             actor=cmd.actor,
             causation_id=cmd.id,
             correlation_id=cmd.correlation_id or cmd.id,
+            **self.where,
             **fields,
         )
         self.events.append(event)  # type: ignore[arg-type]  # cls is one of the Event members

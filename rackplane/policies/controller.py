@@ -2,7 +2,8 @@
 
 Rules of this file:
 - Pure: same state, command and `now`, same events. No I/O, no clock.
-- A command id already applied returns [] (redelivery is harmless).
+- A command already decided returns [] (redelivery is harmless): known by its position in the
+  commands topic when it has one (any age), else by its id (the most recent 200,000-400,000).
 - Every other command leaves at least one event, so its id is on record and a redelivery after
   a crash is recognised: a command that asks for what already holds (cordon a cordoned node)
   leaves one `CommandIgnored`; one the state forbids leaves one `CommandRejected` with a code
@@ -24,6 +25,7 @@ from rackplane.models import (
     CancelJob,
     Command,
     CommandIgnored,
+    CommandPosition,
     CommandRejected,
     CompleteJob,
     ConfigurePolicy,
@@ -77,13 +79,21 @@ from rackplane.projections.state import (
 )
 
 
-def decide(state: ClusterState, command: Command, *, now: datetime) -> list[Event]:
+def decide(
+    state: ClusterState,
+    command: Command,
+    *,
+    now: datetime,
+    position: CommandPosition | None = None,
+) -> list[Event]:
     """Return the events `command` causes in `state`.
 
     Args:
         state: the cluster's current state.
         command: a command addressed to `state.cluster`.
         now: the decision time; events carry max(now, time of the last event).
+        position: where the command was read from the commands topic; stamped on its events,
+            so the log records that it was decided.
 
     Returns:
         The events to append, in order: [] for a redelivered command, one `CommandIgnored`
@@ -97,7 +107,9 @@ def decide(state: ClusterState, command: Command, *, now: datetime) -> list[Even
         raise ValueError(f"command {command.id} for {command.cluster!r} sent to {state.cluster!r}")
     if command.id in state.seen:
         return []
-    out = Emitter(state, command, now)
+    if position is not None and state.decided(*position):
+        return []
+    out = Emitter(state, command, now, position)
     try:
         _decide(state, command, out)
     except Rejected as r:
@@ -112,6 +124,38 @@ def decide(state: ClusterState, command: Command, *, now: datetime) -> list[Even
     except chk.Ignored as i:
         out.events.clear()
         out.emit(CommandIgnored, command_id=command.id, command_type=command.type, reason=i.reason)
+    return out.events
+
+
+def refuse_oversized(
+    state: ClusterState,
+    command: Command,
+    *,
+    now: datetime,
+    size: int,
+    limit: int,
+    position: CommandPosition | None = None,
+) -> list[Event]:
+    """The decision for a command whose events would not fit the event log's message limit:
+    one `CommandRejected` (`event_too_large`) in their place, so that nothing is half written
+    and the command is still on record.
+
+    Args:
+        state: the state the command was decided on.
+        command: the command.
+        now: the decision time.
+        size: bytes its events would take.
+        limit: the most bytes one decision may take.
+        position: as for `decide`.
+    """
+    out = Emitter(state, command, now, position)
+    out.emit(
+        CommandRejected,
+        command_id=command.id,
+        command_type=command.type,
+        code="event_too_large",
+        reason=f"its events would take {size:,} bytes; the event log takes at most {limit:,}",
+    )
     return out.events
 
 

@@ -118,6 +118,9 @@ def _fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
         command = event.causation_id
         if command is not None:
             b.remember(command, seq)
+            offset = event.command_offset
+            if offset is not None:
+                b.applied_at(event.command_partition or 0, offset)
         last, at = seq, event.at
     b.seq, b.at = last, at
     return b.finish()
@@ -168,6 +171,8 @@ class _Builder:
         """Command ids seen in the run, not yet in `seen_recent`."""
         self.seen_count = len(state.seen.recent)
         """Ids in the recent generation: `seen_recent` and `seen_new`."""
+        self.applied: Map[int, int] | dict[int, int] = state.applied
+        """`ClusterState.applied`, a dict once the run changed it."""
         self.serving: dict[NodeId, tuple[JobId | None, int | None]] = {}
         """Job and slice of nodes whose assignment changed, not yet in `nodes`."""
         self.free: dict[RackId, set[NodeId]] = {}
@@ -189,6 +194,14 @@ class _Builder:
             self.seen_count = 0
         new[command] = seq
         self.seen_count += 1
+
+    def applied_at(self, partition: int, offset: int) -> None:
+        """A command read at `offset` of `partition` was decided (offsets only grow)."""
+        applied = self.applied
+        if isinstance(applied, Map):
+            applied = self.applied = dict(applied.items())
+        if offset > applied.get(partition, -1):
+            applied[partition] = offset
 
     def node(self, node: NodeId) -> NodeState:
         old = self.nodes[node]
@@ -368,6 +381,7 @@ class _Builder:
             self.allowed_by,
             self.allowed_why,
             SeenCommands(recent, older, self.seen_window),
+            self.applied if isinstance(self.applied, Map) else Map(self.applied),
         )
 
 

@@ -208,6 +208,10 @@ class ClusterState:
     interactive_preemption_reason: str = ""
     """Why they did (the reason of their `ConfigurePolicy`)."""
     seen: SeenCommands = field(default_factory=SeenCommands)
+    applied: Map[int, int] = field(default_factory=Map)
+    """Commands-topic partition -> offset of the last command decided from it: what the
+    events' `command_partition` / `command_offset` say. A command read at or below it was
+    decided already, however old (the id window above is finite)."""
 
     @property
     def registered(self) -> bool:
@@ -229,6 +233,12 @@ class ClusterState:
     def reserved_for(self, job: JobId) -> tuple[RackId, ...]:
         """Racks a defrag plan holds for `job`."""
         return tuple(r for r, j in self.reservations.items() if j == job)
+
+    def decided(self, partition: int, offset: int) -> bool:
+        """True when the command read at `offset` of commands partition `partition` (or a
+        later one) was decided already."""
+        last = self.applied.get(partition)
+        return last is not None and offset <= last
 
     def spares_left(self, rack: RackId) -> int:
         """Healthy free nodes of a rack: the spare pool and what placement may use above it."""

@@ -9,7 +9,7 @@ Racks used below (6 nodes each, one IB pod, 1 spare per rack unless a case says 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from rackplane.models import (
     CancelJob,
     Command,
     CommandIgnored,
+    CommandPosition,
     CommandRejected,
     CompleteJob,
     ConfigurePolicy,
@@ -43,8 +44,8 @@ from rackplane.models import (
     SwapNode,
     UncordonNode,
 )
-from rackplane.policies import decide
-from rackplane.projections import initial_state
+from rackplane.policies import decide, refuse_oversized
+from rackplane.projections import SeenCommands, fold, initial_state
 from tests.builders import CLUSTER, Harness, cmd, job, node, nodes, rack, register, topology
 
 R01, R02 = rack("r01", 6), rack("r02", 6)
@@ -605,3 +606,51 @@ def test_event_times_never_run_backwards() -> None:
     h = Harness().given(two_racks())
     events = decide(h.state, submit("j1", 4), now=h.now - timedelta(hours=1))
     assert events[0].at == h.state.at
+
+
+# -- where a command was read: dedupe that does not expire ---------------------------------
+
+
+def test_a_command_read_at_or_below_the_last_decided_offset_is_not_decided_again() -> None:
+    h = Harness().given(two_racks())
+    first = cmd(CordonNode, node=node("r01", 1), reason="bad fan")
+    events = h.when(first, CommandPosition(1, 40))
+    assert [(e.command_partition, e.command_offset) for e in events] == [(1, 40)]
+    assert dict(h.state.applied) == {1: 40}
+    # Its id has long left the window (a redelivery after 400,001 newer commands):
+    forgot = replace(h.state, seen=SeenCommands())
+    again = cmd(UncordonNode, node=node("r01", 1))  # a new id, but read at an old offset
+    assert decide(forgot, again, now=h.now, position=CommandPosition(1, 39)) == []
+    assert decide(forgot, first, now=h.now, position=CommandPosition(1, 40)) == []
+    # Another partition, or a later offset, is new.
+    assert decide(forgot, again, now=h.now, position=CommandPosition(0, 3)) != []
+    assert decide(forgot, again, now=h.now, position=CommandPosition(1, 41)) != []
+
+
+def test_the_last_decided_offsets_are_rebuilt_from_the_log() -> None:
+    h = Harness().given(two_racks())
+    h.when(cmd(CordonNode, node=node("r01", 1)), CommandPosition(0, 7))
+    h.when(cmd(CordonNode, node=node("r01", 2)), CommandPosition(1, 3))
+    h.when(cmd(CordonNode, node=node("r01", 3)), CommandPosition(0, 9))
+    h.when(cmd(CordonNode, node=node("r01", 4)))  # from no topic (the in-process engine)
+    assert dict(h.state.applied) == {0: 9, 1: 3}
+    assert dict(fold(initial_state(CLUSTER), h.log).applied) == {0: 9, 1: 3}
+
+
+def test_a_decision_too_large_for_the_log_is_one_rejection_on_record() -> None:
+    h = Harness().given(two_racks())
+    command = cmd(CancelJob, job="j1", reason="x")
+    events = refuse_oversized(
+        h.state, command, now=h.now, size=2_000_000, limit=1_048_576,
+        position=CommandPosition(0, 5),
+    )  # fmt: skip
+    assert len(events) == 1
+    rejected = events[0]
+    assert isinstance(rejected, CommandRejected)
+    assert rejected.code == "event_too_large"
+    assert "2,000,000 bytes" in rejected.reason
+    assert (rejected.seq, rejected.causation_id, rejected.command_offset) == (
+        h.state.seq + 1,
+        command.id,
+        5,
+    )

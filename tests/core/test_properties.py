@@ -20,6 +20,7 @@ from rackplane.models import (
     CancelJob,
     Command,
     CommandIgnored,
+    CommandPosition,
     CommandRejected,
     CompleteJob,
     CordonNode,
@@ -68,13 +69,18 @@ class ClusterMachine(RuleBasedStateMachine):
     @initialize()
     def register_cluster(self) -> None:
         self.h = Harness().given(register(*RACKS, spares_per_rack=1))
-        self.sent: list[Command] = []
+        self.sent: list[tuple[Command, CommandPosition]] = []
         self.jobs: list[str] = []
+        self.offsets = [100, 0]  # next offset of commands partitions 0 and 1
 
     def _send(self, command: Command) -> None:
         before = self.h.state
-        events = self.h.when(command)
-        self.sent.append(command)
+        partition = len(self.sent) % 2  # the cluster's commands moved partition once, say
+        position = CommandPosition(partition, self.offsets[partition])
+        self.offsets[partition] += 1 + len(self.sent) % 3  # other clusters' commands between
+        events = self.h.when(command, position)
+        self.sent.append((command, position))
+        assert {(e.command_partition, e.command_offset) for e in events} == {position}
         # Every new command leaves at least one event; a refusal or a no-op leaves exactly one
         # and changes nothing else.
         assert events
@@ -222,8 +228,11 @@ class ClusterMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def redeliver(self, data: st.DataObject) -> None:
         if self.sent:
-            again = data.draw(st.sampled_from(self.sent))
+            again, position = data.draw(st.sampled_from(self.sent))
             assert decide(self.h.state, again, now=self.h.now) == []
+            # However old: with its id long gone from the window, its position still tells.
+            forgot = replace(self.h.state, seen=SeenCommands())
+            assert decide(forgot, again, now=self.h.now, position=position) == []
 
     @invariant()
     def seq_is_gapless(self) -> None:
