@@ -28,8 +28,9 @@ from bench._clusters import topology
 from bench.streams import backlog, raw_consumer, telemetry
 from rackplane.models import GpuSample, NodeTelemetry
 from rackplane.policies import GpuHealthRules
-from rackplane.streams.agents import GpuManager, Replicas
+from rackplane.streams.agents import GpuManager
 from rackplane.streams.eventlog import EventLog
+from rackplane.streams.replicas import Replicas
 
 Progress = Callable[[str], None]
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -92,7 +93,7 @@ async def manager_loop(url: str, n: int, racks: int = 128) -> dict[str, Any]:
     replica built beforehand: the clock runs from the first fetched batch to the n-th sample."""
     config, cluster, last = await backlog(url, n, racks, nvml_sample)
     eventlog = EventLog(config.kafka_options(), config.topic("events"))
-    replicas = Replicas(eventlog)
+    replicas = Replicas(eventlog, partitions=config.partitions)
     await replicas.get(cluster)
     commands = _Sent()
     manager = GpuManager(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from pathlib import Path
@@ -89,6 +90,24 @@ def worker(
             "Apache Kafka: 100-500 cuts idle fetches)."
         ),
     ] = None,
+    max_event_bytes: Annotated[
+        int | None,
+        typer.Option(help="Largest record batch of events; a bigger decision is rejected."),
+    ] = None,
+    outage_limit: Annotated[
+        float | None,
+        typer.Option(help="Seconds of failed appends before the worker exits non-zero."),
+    ] = None,
+    allow_finite_retention: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-finite-retention",
+            help="Start even if the events topic forgets (finite retention).",
+        ),
+    ] = None,
+    seen_window: Annotated[
+        int | None, typer.Option(hidden=True, help="Command ids a fresh state remembers (tests).")
+    ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
 ) -> None:
     """Run a pipeline worker: controller, policies, GPU Manager, projections.
@@ -96,6 +115,7 @@ def worker(
     Flags override RACKPLANE_* variables, which override the config file (docs/CONFIG.md).
     """
     from rackplane.streams.app import run_worker
+    from rackplane.streams.topics import TopicsError
 
     s = settings(
         config_file,
@@ -115,15 +135,23 @@ def worker(
         gpu_manager=gpu_manager,
         projections=projections,
         max_message_bytes=max_message_bytes,
+        max_event_bytes=max_event_bytes,
+        outage_limit=outage_limit,
+        allow_finite_retention=allow_finite_retention,
         fetch_wait_ms=fetch_wait_ms,
         log_level=log_level,
     )
     config = s.stream_config()
+    if seen_window is not None:
+        config = dataclasses.replace(config, seen_window=seen_window)
     if config.db and config.audit_dir:
         fail("choose one audit sink: --db FILE (DuckDB) or --audit-dir DIR (JSON lines)")
     if config.exactly_once:
         _check_transactions(config)
-    run_worker(config, loglevel=s.log_level)
+    try:
+        run_worker(config, loglevel=s.log_level)
+    except TopicsError as err:
+        fail(str(err))
 
 
 def _check_transactions(config: StreamConfig) -> None:

@@ -111,6 +111,16 @@ class RackplaneSettings(BaseSettings):
     """Write the audit trail (JSON lines) here, when set."""
     max_message_bytes: int = Field(default=1_048_576, ge=1_024, le=64 * 1_048_576)
     """Larger messages are rejected at the edge before decoding (to the rejected topic)."""
+    max_event_bytes: int = Field(default=4 * 1_048_576, ge=65_536, le=64 * 1_048_576)
+    """The largest record batch the controller appends to the events topic (its
+    `max.message.bytes`): a command whose events would not fit is rejected (`event_too_large`)
+    before anything is sent."""
+    outage_limit: float = Field(default=300.0, gt=0, le=86_400)
+    """Seconds the controller retries appends the broker refuses or loses (an outage) before
+    the worker exits non-zero for its supervisor to restart it."""
+    allow_finite_retention: bool = False
+    """Start against an events topic with a finite retention (the log would then forget: a
+    restart after the retention rebuilds from what is left). Off: the worker refuses."""
     session_timeout: float = Field(default=6.0, gt=0, le=300)
     """Consumer-group session timeout, seconds."""
     fetch_wait_ms: int = Field(default=20, ge=1, le=30_000)
@@ -220,6 +230,9 @@ class RackplaneSettings(BaseSettings):
             web_bind=self.web_bind,
             datadir=str(self.data_dir),
             max_message_bytes=self.max_message_bytes,
+            max_event_bytes=self.max_event_bytes,
+            outage_limit=self.outage_limit,
+            allow_finite_retention=self.allow_finite_retention,
             session_timeout=self.session_timeout,
             fetch_wait_ms=self.fetch_wait_ms,
             policies=self.policies,

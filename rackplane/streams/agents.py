@@ -1,11 +1,13 @@
 """The agents: thin adapters that decode, call the pure core, encode and send.
 
-Every agent keeps, per cluster, a replica of the state folded from the event log, rebuilt on
-first use (after a start, a crash or a rebalance) by `EventLog.rebuild`. Batches come from
-`stream.take_events`: Faust acks a batch only after the agent's body finished with it, and the
-body awaits the broker's acknowledgement of everything it sent, so an input is never committed
-before its consequences are durable (at-least-once; redeliveries are deduplicated by command
-id and event seq).
+Every agent keeps replicas of cluster states folded from the event log (`Replicas`: one read
+per events partition on first use after a start, a crash or a rebalance). Batches come from
+`stream.take_events`, which acks a batch once the agent's body returned; the body returns only
+when the broker acknowledged everything it sent, and never returns or raises with work lost:
+it retries what the broker refused, and a failure it cannot handle stops the worker before
+the batch can be acknowledged (`_fatal`). So an input is never committed before its
+consequences are durable (at-least-once; redeliveries are recognised by command position and
+id, and by event seq).
 """
 
 from __future__ import annotations
@@ -16,17 +18,31 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from rackplane.models import COMMANDS, TELEMETRY, Command, Event, Health, ReportNodeHealth
-from rackplane.policies import decide
+from aiokafka.errors import KafkaError
+
+from rackplane.models import (
+    COMMANDS,
+    TELEMETRY,
+    Command,
+    CommandPosition,
+    Event,
+    Health,
+    RegisterTopology,
+    Rejection,
+    ReportNodeHealth,
+)
+from rackplane.policies import decide, refuse_oversized
 from rackplane.policies.base import Policy
 from rackplane.policies.health import HealthClassifier
-from rackplane.projections import ClusterState, evolve
+from rackplane.projections import ClusterState, evolve, fold
+from rackplane.streams._append import Decision, Fence, Stalled, decision_bytes
+from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
-from rackplane.streams.eventlog import EventLog
-from rackplane.streams.rejected import Sender, reject, rejection
+from rackplane.streams.rejected import Sender, reject_all, rejection
+from rackplane.streams.replicas import Replicas
 
 log = logging.getLogger("rackplane.agents")
 
@@ -38,37 +54,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Replicas:
-    """Per-cluster states of one agent, rebuilt from the event log on first use."""
+class Appender(Protocol):
+    """Where the controller's decisions go (`_append.EventAppender`)."""
 
-    def __init__(
-        self, eventlog: EventLog, *, after_rebuild: Callable[[], object] = lambda: None
-    ) -> None:
-        """Args:
-        eventlog: where states are rebuilt from.
-        after_rebuild: called after each rebuild (the worker settles its heap there).
-        """
-        self.eventlog = eventlog
-        self.after_rebuild = after_rebuild
-        self.states: dict[str, ClusterState] = {}
+    def expect(self, partition: int, offset: int) -> None: ...
 
-    async def get(self, cluster: str) -> tuple[ClusterState, list[Event]]:
-        """The cluster's state; with the events it was rebuilt from if it was just rebuilt."""
-        state = self.states.get(cluster)
-        if state is not None:
-            return state, []
-        rebuilt = await self.eventlog.rebuild(cluster)
-        self.states[cluster] = rebuilt.state
-        self.after_rebuild()
-        log.info("rebuilt %s at seq %d from the event log", cluster, rebuilt.state.seq)
-        return rebuilt.state, rebuilt.events
-
-    def put(self, state: ClusterState) -> None:
-        self.states[state.cluster] = state
-
-    def forget(self) -> None:
-        """Drop every replica (partitions moved: another worker may now write)."""
-        self.states.clear()
+    async def append(
+        self, partition: int, decisions: Sequence[Decision], check: Callable[[], None]
+    ) -> list[int]: ...
 
 
 async def _settle(pending: list[Any]) -> None:
@@ -79,31 +72,99 @@ async def _settle(pending: list[Any]) -> None:
 
 
 class Controller:
-    """Commands -> `decide` -> events: the only writer of each cluster's event log."""
+    """Commands -> `decide` -> events: the only writer of each cluster's event log.
+
+    The scheduling cycle of one batch of commands:
+    1. Split the batch by partition (a cluster's commands and events share a partition
+       index: `partition_for(cluster)`), and refuse what may not be decided here, to
+       `rejected`: undecodable input; a record whose key is not its command's cluster, or
+       that sits in another partition than its cluster's (two workers would write one log);
+       a cluster whose log is forked or has a gap; a cluster that does not exist, unless the
+       command registers it. None of these costs a read of the log.
+    2. Decide each command on its cluster's replica with its position in the commands topic
+       (a redelivery of any age decides nothing); a decision too large for one record batch
+       becomes one `CommandRejected` instead.
+    3. Append each partition's decisions (`EventAppender`: whole decisions, in order, while the
+       partition is ours) and only then keep the new states.
+    4. When the broker fails: drop the batch's partitions (some decisions may have landed),
+       wait, rebuild them from the log and go again from step 1; what landed is recognised by
+       its position. Past `outage_limit` seconds the worker stops (`Unavailable`). A revoked
+       partition stops the worker too (in flight at a rebalance that did not wait for it),
+       as does a write by another writer among its events: a supervisor restarts it, and the
+       rebuild names the fork.
+    """
 
     name = "controller"
 
     def __init__(
         self,
         replicas: Replicas,
-        events: Sender,
+        appender: Appender,
         rejected: Sender,
         *,
         topic: str,
         limit: int,
+        max_decision_bytes: int,
+        fence: Fence,
         clock: Clock = utcnow,
+        outage_limit: float = 300.0,
+        stall_wait: float = 6.0,
     ) -> None:
         self.replicas = replicas
-        self.events = events
+        self.appender = appender
         self.rejected = rejected
         self.topic = topic
         self.limit = limit
+        self.max_decision_bytes = max_decision_bytes
+        self.fence = fence
         self.clock = clock
+        self.outage_limit = outage_limit
+        self.stall_wait = stall_wait
         self.applied = 0
+        self.retries = 0
+        self.failing_since: float | None = None
+        """When the current run of failed appends began (None: appending works)."""
 
     async def process(self, batch: Sequence[Any]) -> None:
         """Decide every command of the batch, in order; return when its events are durable."""
-        pending: list[Any] = []
+        epoch = self.fence.epoch
+        delay = 0.1
+        while True:
+            try:
+                await self._once(batch, epoch)
+            except Stalled as err:
+                log.warning("%s; waiting %.0f s for the group to settle", err, self.stall_wait)
+                self.replicas.forget(_partitions(batch))
+                await asyncio.sleep(self.stall_wait)
+                epoch = self.fence.epoch if self.fence.epoch == epoch else -1
+                continue
+            except (KafkaError, OSError, TimeoutError) as err:
+                self.replicas.forget(_partitions(batch))
+                now = time.monotonic()
+                if self.failing_since is None:
+                    self.failing_since = now
+                    log.warning("appending events failed (%s: %s); retrying", _name(err), err)
+                if now - self.failing_since > self.outage_limit:
+                    raise Unavailable(
+                        f"the broker refused or lost appends for {now - self.failing_since:.0f}"
+                        f" s (limit {self.outage_limit:.0f} s): {_name(err)}: {err}"
+                    ) from err
+                self.retries += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if self.failing_since is not None:
+                log.warning(
+                    "appending events works again after %.1f s and %d retries",
+                    time.monotonic() - self.failing_since,
+                    self.retries,
+                )
+                self.failing_since = None
+            return
+
+    async def _once(self, batch: Sequence[Any], epoch: int) -> None:
+        rejections: list[Rejection] = []
+        by_partition: dict[int, list[tuple[Any, Command]]] = defaultdict(list)
         for ev in batch:
             d = decode(
                 ev, COMMANDS.validate_json, agent=self.name, topic=self.topic, limit=self.limit
@@ -111,19 +172,112 @@ class Controller:
             if d is None:
                 continue
             if d.rejected is not None:
-                await reject(self.rejected, d.rejected)
+                rejections.append(d.rejected)
                 continue
             command = d.value
             assert command is not None
-            state, _ = await self.replicas.get(command.cluster)
-            for event in decide(state, command, now=self.clock()):
-                pending.append(
-                    await self.events.send(key=event.cluster.encode(), value=encode_event(event))
-                )
-                state = evolve(state, event)
-            self.replicas.put(state)
-            self.applied += 1
-        await _settle(pending)
+            message = getattr(ev, "message", ev)
+            why = self._misplaced(message, command)
+            if why is not None:
+                rejections.append(self._rejection(message, why))
+                continue
+            by_partition[message.partition].append((message, command))
+        for partition, commands in by_partition.items():
+            await self._partition(partition, commands, epoch, rejections)
+        await reject_all(self.rejected, rejections)
+
+    def _misplaced(self, message: Any, command: Command) -> str | None:
+        key = message.key if isinstance(message.key, bytes) else None
+        if key != command.cluster.encode():
+            return (
+                f"record key {key!r} is not the command's cluster {command.cluster!r}: "
+                "commands are keyed by their cluster id"
+            )
+        home = self.replicas.partition_of(command.cluster)
+        if message.partition != home:
+            return (
+                f"cluster {command.cluster!r} lives in partition {home}, "
+                f"not {message.partition}: commands go where their key hashes"
+            )
+        return None
+
+    async def _partition(
+        self,
+        partition: int,
+        commands: list[tuple[Any, Command]],
+        epoch: int,
+        rejections: list[Rejection],
+    ) -> None:
+        self.fence.check(epoch, partition)
+        if not self.replicas.loaded(partition):
+            await self.replicas.load(partition)
+            self.appender.expect(partition, self.replicas.ends[partition] + 1)
+        states: dict[str, ClusterState] = {}
+        decisions: list[Decision] = []
+        decided: list[str] = []
+        for message, command in commands:
+            cluster = command.cluster
+            broken = self.replicas.broken.get(cluster)
+            if broken is not None:
+                rejections.append(self._rejection(message, f"{broken}: not decided"))
+                continue
+            state = states.get(cluster) or self.replicas.states.get(cluster)
+            if state is None:
+                if not isinstance(command, RegisterTopology):
+                    rejections.append(
+                        self._rejection(
+                            message,
+                            f"cluster {cluster!r} does not exist: register its topology first",
+                        )
+                    )
+                    continue
+                state = self.replicas.eventlog.initial(cluster)
+            position = CommandPosition(partition, message.offset)
+            now = self.clock()
+            events = decide(state, command, now=now, position=position)
+            if not events:
+                continue  # decided before (a redelivery)
+            key = cluster.encode()
+            records = [(key, encode_event(e)) for e in events]
+            size = decision_bytes(records)
+            if size > self.max_decision_bytes:
+                events = refuse_oversized(
+                    state, command, now=now, size=size, limit=self.max_decision_bytes,
+                    position=position,
+                )  # fmt: skip
+                records = [(key, encode_event(e)) for e in events]
+            states[cluster] = fold(state, events)
+            decisions.append(records)
+            decided.append(cluster)
+        if not decisions:
+            return
+        ends = await self.appender.append(
+            partition, decisions, lambda: self.fence.check(epoch, partition)
+        )
+        last: dict[str, int] = dict(zip(decided, ends, strict=True))
+        for cluster, state in states.items():
+            self.replicas.put(state, offset=last[cluster])
+        self.applied += len(decisions)
+
+    def _rejection(self, message: Any, reason: str) -> Rejection:
+        key = message.key if isinstance(message.key, bytes) else None
+        return rejection(
+            raw=message.value,
+            reason=reason,
+            agent=self.name,
+            topic=self.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=key,
+        )
+
+
+def _partitions(batch: Sequence[Any]) -> set[int]:
+    return {getattr(ev, "message", ev).partition for ev in batch}
+
+
+def _name(err: BaseException) -> str:
+    return type(err).__name__
 
 
 class PolicyRunner:
@@ -161,7 +315,9 @@ class PolicyRunner:
         by_cluster = _events_by_cluster(batch)
         pending: list[Any] = []
         for cluster, events in by_cluster.items():
-            state, history = await self.replicas.get(cluster)
+            state, history = await self.replicas.follow(cluster)
+            if cluster in self.replicas.broken:
+                continue  # its log is forked or has a gap: the controller decides nothing
             new = list(history)  # just rebuilt: catch up on everything (proposals dedupe)
             for e in events:
                 if e.seq == state.seq + 1:
@@ -254,9 +410,11 @@ class GpuManager:
     async def on_events(self, batch: Sequence[Any]) -> None:
         """Keep the replica current (the verdict compares with what the controller knows)."""
         for cluster, events in _events_by_cluster(batch).items():
-            if cluster not in self.replicas.states:
-                continue  # rebuilt on its first sample
-            state = self.replicas.states[cluster]
+            state = self.replicas.states.get(cluster)
+            if state is None:
+                if not self.replicas.loaded(self.replicas.partition_of(cluster)):
+                    continue  # its partition is read on the cluster's first sample
+                state = self.replicas.eventlog.initial(cluster)  # new on a loaded partition
             for e in events:
                 if e.seq == state.seq + 1:
                     state = evolve(state, e)
@@ -272,6 +430,7 @@ class GpuManager:
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
         """Classify each sample; report a node whose verdict changed."""
         pending: list[Any] = []
+        rejections: list[Rejection] = []
         states = self.replicas.states
         for ev in batch:
             d = decode(
@@ -280,28 +439,32 @@ class GpuManager:
             if d is None:
                 continue
             if d.rejected is not None:
-                await reject(self.rejected, d.rejected)
+                rejections.append(d.rejected)
                 continue
             sample = d.value
             assert sample is not None
             self.samples += 1
             state = states.get(sample.cluster)  # known: no await per sample
-            if state is None:
-                state, _ = await self.replicas.get(sample.cluster)
-            node = state.nodes.get(sample.node)
-            if node is None:
+            if state is None:  # one read of its partition, then a short one a second at most
+                state = await self.replicas.lookup(sample.cluster)
+            node = state.nodes.get(sample.node) if state is not None else None
+            if node is None or state is None:
                 message = getattr(ev, "message", ev)
-                await reject(
-                    self.rejected,
+                rejections.append(
                     rejection(
                         raw=message.value,
-                        reason=f"node {sample.node} is not in cluster {sample.cluster!r}",
+                        reason=(
+                            f"node {sample.node} is not in cluster {sample.cluster!r}"
+                            if state is not None and state.registered
+                            else f"cluster {sample.cluster!r} does not exist (sample of node "
+                            f"{sample.node})"
+                        ),
                         agent=self.name,
                         topic=self.topic,
                         partition=d.partition,
                         offset=d.offset,
                         key=message.key,
-                    ),
+                    )
                 )
                 continue
             key = (sample.cluster, sample.node)
@@ -322,4 +485,5 @@ class GpuManager:
             pending.append(
                 await self.commands.send(key=sample.cluster.encode(), value=encode_command(command))
             )
+        await reject_all(self.rejected, rejections)
         await _settle(pending)

@@ -14,10 +14,14 @@ and benchmarks build as many isolated apps as they need); `run_worker(config)` r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import faust
@@ -28,16 +32,25 @@ from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.policies.health import HealthClassifier
-from rackplane.projections import state_digest
+from rackplane.projections import ClusterState, SeenCommands, initial_state, state_digest
 from rackplane.streams import _faust_fixes, _heap
-from rackplane.streams.agents import Controller, GpuManager, PolicyRunner, Replicas
+from rackplane.streams._append import (
+    BATCH_OVERHEAD,
+    EventAppender,
+    Fence,
+    TransactionalAppender,
+)
+from rackplane.streams._fatal import guarded
+from rackplane.streams.agents import Appender, Controller, GpuManager, PolicyRunner
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
 from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import EventLog, is_marker
 from rackplane.streams.projection_agent import Projections
+from rackplane.streams.replicas import Replicas
 from rackplane.streams.senders import FastSender, SharedProducer, sender_for
 from rackplane.streams.telemetry_loop import TelemetryLoop
+from rackplane.streams.topics import ensure_topics
 
 log = logging.getLogger("rackplane.worker")
 
@@ -80,8 +93,8 @@ def create_app(
         web_port=config.web_port,
         web_bind=config.web_bind,
         datadir=config.datadir,
-        producer_max_request_size=max(config.max_message_bytes * 2, 1_048_576),
-        consumer_max_fetch_size=max(config.max_message_bytes * 4, 4_194_304),
+        producer_max_request_size=max(config.max_event_bytes, config.max_message_bytes * 2),
+        consumer_max_fetch_size=max(config.max_event_bytes, config.max_message_bytes * 4),
         broker_credentials=config.security.faust_credentials(),
     )
     _faust_fixes.use_fetch_wait(app, config.fetch_wait_ms)
@@ -99,8 +112,10 @@ def create_app(
     telemetry, commands, events, rejected = (
         topic(n) for n in ("telemetry", "commands", "events", "rejected")
     )
+    health = Health()
     logs: list[EventLog] = []
     replicas: list[Replicas] = []
+    initial = _initial(config)
 
     def replica() -> Replicas:
         eventlog = EventLog(
@@ -108,25 +123,53 @@ def create_app(
             config.topic("events"),
             read_committed=exactly_once,
             fetch_wait_ms=config.fetch_wait_ms,
+            initial=initial,
         )
         logs.append(eventlog)
-        r = Replicas(eventlog, after_rebuild=_heap.settle)
+        r = Replicas(eventlog, partitions=config.partitions, after_rebuild=_heap.settle)
         replicas.append(r)
         return r
 
     limit = config.max_message_bytes
-    shared = SharedProducer(config.kafka_options(), max_request_size=max(limit * 2, 1_048_576))
-    events_out = sender_for(events, shared, exactly_once=exactly_once)
+    shared = SharedProducer(
+        config.kafka_options(),
+        max_request_size=max(config.max_event_bytes, limit * 2),
+        idempotent=config.idempotent,
+    )
     commands_out = sender_for(commands, shared, exactly_once=exactly_once)
     rejected_out = sender_for(rejected, shared, exactly_once=exactly_once)
-    controller = Controller(
-        replica(), events_out, rejected_out, topic=commands.get_topic_name(), limit=limit
+    fence = Fence(stall_after=config.session_timeout / 2)
+    controller_replicas = replica()
+    appender: Appender = (
+        TransactionalAppender(events)
+        if exactly_once
+        else EventAppender(
+            shared,
+            config.topic("events"),
+            controller_replicas.eventlog,
+            max_batch_bytes=config.max_event_bytes,
+        )
     )
+    controller = Controller(
+        controller_replicas,
+        appender,
+        rejected_out,
+        topic=commands.get_topic_name(),
+        limit=limit,
+        max_decision_bytes=config.max_event_bytes - BATCH_OVERHEAD,
+        fence=fence,
+        outage_limit=config.outage_limit,
+        stall_wait=config.session_timeout,
+    )
+    health.controller = controller
 
     @app.agent(commands, name="controller")
     async def control(stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=WITHIN):
-            await controller.process(batch)
+        async def body() -> None:
+            async for batch in stream.take_events(BATCH, within=WITHIN):
+                await controller.process(batch)
+
+        await guarded("controller", body)
 
     for name in config.policies:
         runner = PolicyRunner(POLICIES[name](), replica(), commands_out)
@@ -152,15 +195,20 @@ def create_app(
                 fetch_wait_ms=max(config.fetch_wait_ms, TELEMETRY_FETCH_WAIT_MS),
             )
         )
+        health.loops = loops
 
         @app.agent(events, name="gpu_manager_events")
         async def gpu_manager_events(stream: Any) -> None:
-            async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
-                await manager.on_events(batch)
+            async def body() -> None:
+                async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
+                    await manager.on_events(batch)
 
-        # Started with the app, not as an app task (those wait for Faust's partitions): the
-        # telemetry group's join (~3 s on Tansu) then overlaps Faust's own.
-        app.add_dependency(_StartsWithApp(loops))
+            await guarded("gpu_manager_events", body)
+
+    # Started with the app, not as app tasks (those wait for Faust's partitions): the
+    # telemetry group's join (~3 s on Tansu) then overlaps Faust's own, and the fence ticks
+    # from the start.
+    app.add_dependency(_StartsWithApp(loops, fence))
 
     if config.projections:
         occupancy = app.Table(
@@ -173,8 +221,11 @@ def create_app(
 
         @app.agent(events, name="projections")
         async def project(stream: Any) -> None:
-            async for batch in stream.take_events(BATCH, within=PROJECTION_WITHIN):
-                await projections.process(batch)
+            async def body() -> None:
+                async for batch in stream.take_events(BATCH, within=PROJECTION_WITHIN):
+                    await projections.process(batch)
+
+            await guarded("projections", body)
 
         _add_views(app, projections)
 
@@ -183,21 +234,36 @@ def create_app(
         state = controller.replicas.states.get(cluster)
         if state is None:
             return web.json({"error": "this worker holds no state of that cluster"}, status=404)
-        return web.json({"cluster": cluster, "seq": state.seq, "digest": state_digest(state)})
+        broken = controller.replicas.broken.get(cluster)
+        return web.json(
+            {
+                "cluster": cluster,
+                "seq": state.seq,
+                "digest": state_digest(state),
+                "broken": str(broken) if broken is not None else None,
+            }
+        )
+
+    _add_health(app, health)
 
     sink = audit if audit is not None else _configured_sink(config)
     if sink is not None:
         _add_audit(app, sink, commands=commands, events=events, rejected=rejected)
 
+    commands_topic = commands.get_topic_name()
+
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types no async receiver
     async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
-        # Another worker may now write these clusters: rebuild on next use.
+        # Another worker may now write these clusters: stop writing, rebuild on next use.
+        fence.revoke()
+        health.ready = False
         for r in replicas:
             r.forget()
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(sender: Any, *args: Any, **kwargs: Any) -> None:
         assigned = args[0] if args else kwargs.get("assigned", ())
+        fence.assign({tp.partition for tp in assigned if tp.topic == commands_topic})
 
         async def announce() -> None:
             # Ready means every consumer of the worker has its partitions, the telemetry
@@ -205,6 +271,7 @@ def create_app(
             for loop in loops:
                 await loop.joined.wait()
             _heap.settle(collect=True)
+            health.ready = True
             line = {"event": "worker.ready", "app": config.app_id, "partitions": len(assigned)}
             print(json.dumps(line), file=sys.stderr, flush=True)
 
@@ -223,26 +290,89 @@ def create_app(
     return app
 
 
-class _StartsWithApp(faust.Service):
-    """Runs the telemetry loops from the moment the app starts until it stops."""
+def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:
+    """The state of a cluster before its first event, with the configured id window."""
+    window = config.seen_window
+    if window is None:
+        return initial_state
 
-    def __init__(self, loops: list[TelemetryLoop]) -> None:
+    def initial(cluster: str) -> ClusterState:
+        return replace(initial_state(cluster), seen=SeenCommands(window=window))
+
+    return initial
+
+
+@dataclass
+class Health:
+    """What `/health` and `/ready` report: every loop of the worker."""
+
+    controller: Controller | None = None
+    loops: list[TelemetryLoop] = field(default_factory=list)
+    ready: bool = False
+
+    def problems(self) -> list[str]:
+        """What is wrong now (empty: all is well)."""
+        out = []
+        for loop in self.loops:
+            if loop.failed is not None:
+                out.append(f"telemetry loop stopped: {loop.failed}")
+        c = self.controller
+        if c is not None and c.failing_since is not None:
+            out.append(f"controller appends failing for {time.monotonic() - c.failing_since:.0f} s")
+        if c is not None and c.replicas.broken:
+            out.extend(str(err) for err in c.replicas.broken.values())
+        return out
+
+
+def _add_health(app: faust.App, health: Health) -> None:
+    @app.page("/health")
+    async def alive(web: Any, request: Any) -> Any:
+        # Liveness: every loop runs (a loop that cannot go on stops the worker; this says
+        # so while it is still on its way down, or when a loop died without raising).
+        dead = [p for p in health.problems() if p.startswith("telemetry loop stopped")]
+        return web.json({"ok": not dead, "problems": dead}, status=503 if dead else 200)
+
+    @app.page("/ready")
+    async def ready(web: Any, request: Any) -> Any:
+        problems = health.problems()
+        if not health.ready:
+            problems.insert(0, "partitions not assigned yet")
+        return web.json(
+            {"ready": not problems, "problems": problems}, status=503 if problems else 200
+        )
+
+
+class _StartsWithApp(faust.Service):
+    """Runs the telemetry loops and the fence's ticker from the moment the app starts until it
+    stops."""
+
+    def __init__(self, loops: list[TelemetryLoop], fence: Fence) -> None:
         super().__init__()
         self.loops = loops
+        self.fence = fence
+        self._ticker: asyncio.Task[None] | None = None
 
     async def on_start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self.fence.run())
         for loop in self.loops:
             loop.start()
 
     async def on_stop(self) -> None:
         for loop in self.loops:
             await loop.stop()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
 
 
 def _policy_agent(runner: PolicyRunner) -> Any:
     async def agent(stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
-            await runner.process(batch)
+        async def body() -> None:
+            async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
+                await runner.process(batch)
+
+        await guarded(runner.name, body)
 
     agent.__name__ = runner.name
     return agent
@@ -292,8 +422,11 @@ def _add_audit(app: faust.App, sink: AuditSink, **topics: Any) -> None:
 
 def _audit_agent(parse: Callable[[bytes], Any], record: Callable[[list[Any]], None]) -> Any:
     async def agent(stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=0.05):
-            record(_decodable(batch, parse))
+        async def body() -> None:
+            async for batch in stream.take_events(BATCH, within=0.05):
+                record(_decodable(batch, parse))
+
+        await guarded("audit", body)
 
     return agent
 
@@ -314,7 +447,12 @@ def _decodable(batch: Sequence[Any], parse: Callable[[bytes], Any]) -> list[Any]
 
 
 def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
-    """Run one worker until SIGTERM or Ctrl-C."""
+    """Create and check the topics, then run one worker until SIGTERM or Ctrl-C.
+
+    Raises:
+        TopicsError: the topics cannot hold a log that never forgets (see `topics`).
+    """
+    asyncio.run(ensure_topics(config))
     app = create_app(config)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     _faust_fixes.without_spinner(worker)

@@ -6,42 +6,20 @@ Used by the production commands (`rackplane submit ...`), `rackplane up`, tests 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 from pydantic import ValidationError
 
 from rackplane.models import REJECTIONS, TELEMETRY, Command, Event, NodeTelemetry, Rejection
 from rackplane.streams.codec import decode_event, encode_command
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import is_marker
+from rackplane.streams.topics import TOPICS, ensure_topics
 
-TOPICS = ("telemetry", "commands", "events", "rejected")
-
-
-async def ensure_topics(config: StreamConfig) -> None:
-    """Create rackplane's topics with the configured partitions (existing ones are kept)."""
-    admin = AIOKafkaAdminClient(**config.kafka_options())
-    await admin.start()
-    try:
-        for name in TOPICS:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(
-                    [
-                        NewTopic(
-                            name=config.topic(name),
-                            num_partitions=config.partitions,
-                            replication_factor=config.replication,
-                        )
-                    ]
-                )
-    finally:
-        await admin.close()
+__all__ = ["TOPICS", "Client", "ensure_topics"]
 
 
 class Client:

@@ -92,6 +92,20 @@ class StreamConfig:
     datadir: str = ".rackplane/worker"
     max_message_bytes: int = 1_048_576
     """Larger values are rejected at the edge, before decoding."""
+    max_event_bytes: int = 4 * 1_048_576
+    """The largest record batch the controller appends to the events topic (the topic's
+    `max.message.bytes`): one command's events must fit in it, or the command is rejected
+    (`event_too_large`) before anything is sent."""
+    outage_limit: float = 300.0
+    """Seconds the controller keeps retrying appends the broker refuses or loses before the
+    worker stops (non-zero) for a supervisor to restart it."""
+    allow_finite_retention: bool = False
+    """Start even when the events topic has a finite retention (the log would forget)."""
+    idempotent: bool = True
+    """Ask for an idempotent producer (Apache Kafka); without one (Tansu) the worker says so
+    and readers count retried copies as duplicates."""
+    seen_window: int | None = None
+    """Command ids a fresh state remembers (None: the core's default; tests set it small)."""
     session_timeout: float = 6.0
     """Consumer-group session: joins wait about half of it on Tansu (STACK_NOTES)."""
     fetch_wait_ms: int = 20

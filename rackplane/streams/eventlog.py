@@ -1,37 +1,120 @@
-"""Reading a cluster's event log to its true end, to rebuild state after a start or a crash.
+"""Reading the event log to its true end, to rebuild state after a start, a crash or a rebalance.
 
-Theory of operation: to know that everything written before "now" has been read, without
-trusting ListOffsets (Tansu answers it wrongly after multi-record batches, STACK_NOTES), a
-reader appends a *marker* record to the cluster's partition: empty value, key = cluster id, a
-`rackplane-marker` header with a fresh token. The broker's answer names the partition and the
-marker's offset; reading that partition from the start up to the marker sees every event
-written before it. Every consumer of the events topic skips marker records.
+Theory of operation:
+1. The end. To know that everything written before "now" has been read, without trusting
+   ListOffsets (Tansu answers it wrongly after multi-record batches, STACK_NOTES), a reader
+   appends a *marker* record to the partition: empty value, a `rackplane-marker` header with a
+   fresh token. The broker's answer names the marker's offset; reading the partition up to it
+   sees every event written before it. Every consumer of the events topic skips markers.
+2. One read per partition. A partition holds the logs of every cluster whose id hashes to it,
+   written by the one controller that owns the partition. `rebuild_partition` reads it once
+   (from a checkpoint's offset when there is one: a snapshot plus the tail) and folds every
+   cluster on it; a cluster not on it does not exist, which costs nothing more to know.
+3. Refuse, never guess. Per cluster the next record must carry the next seq. A record with a
+   seq already applied is a *duplicate* when its bytes equal the first record of that seq (a
+   producer's retry on a broker without idempotence) and a *fork* when they differ; a seq that
+   skips ahead is a *gap*. A fork or a gap stops that cluster's log at the last good event
+   (`broken`, with an error naming both offsets): nothing may be written after it until an
+   operator has looked. Records that are not events of the partition (undecodable, keyed by
+   another cluster than the one they name, or in the wrong partition) are counted and skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from rackplane.models import Event
-from rackplane.projections import ClusterState, EventGap, WrongCluster, evolve, initial_state
+from rackplane.projections import ClusterState, fold, initial_state
 from rackplane.streams.codec import decode_event
 
 log = logging.getLogger("rackplane.eventlog")
 
 MARKER_HEADER = "rackplane-marker"
+DIGESTS_KEPT = 100_000
+"""Seqs per cluster whose record digests a read keeps to tell a duplicate from a fork; an older
+seq met again is taken for a fork (it cannot be a retry)."""
 
 
 def is_marker(headers: Sequence[tuple[str, bytes]] | None) -> bool:
     """True for a marker record (see the module docstring)."""
     return any(k == MARKER_HEADER for k, _ in headers or ())
+
+
+def partition_for(cluster: str, partitions: int) -> int:
+    """The partition a cluster's commands and events live in: the Kafka default partitioner
+    (murmur2 of the key, as every Kafka client computes it) over `partitions`."""
+    return int(murmur2(cluster.encode()) & 0x7FFFFFFF) % partitions
+
+
+class LogCorrupt(RuntimeError):
+    """A cluster's log breaks the one-event-per-seq rule: nothing may be appended to it."""
+
+    def __init__(self, cluster: str, message: str) -> None:
+        super().__init__(message)
+        self.cluster = cluster
+
+
+class ForkDetected(LogCorrupt):
+    """Two different events carry one seq."""
+
+    def __init__(self, cluster: str, seq: int, first: int | None, second: int, where: str) -> None:
+        at = f"offset {first}" if first is not None else "an offset before this read"
+        super().__init__(
+            cluster,
+            f"event log of cluster {cluster!r} is forked: seq {seq} at {at} and again, "
+            f"different, at offset {second} of {where}",
+        )
+        self.seq, self.first, self.second = seq, first, second
+
+
+class GapDetected(LogCorrupt):
+    """A seq is missing."""
+
+    def __init__(
+        self, cluster: str, have: int, got: int, last: int | None, offset: int, where: str
+    ) -> None:
+        after = f"offset {last}" if last is not None else "the start of this read"
+        super().__init__(
+            cluster,
+            f"event log of cluster {cluster!r} has a gap: seq {have} (at {after}) is followed "
+            f"by seq {got} at offset {offset} of {where}",
+        )
+        self.have, self.got, self.last, self.offset = have, got, last, offset
+
+
+@dataclass
+class ClusterLog:
+    """What a read of a partition found for one cluster."""
+
+    state: ClusterState
+    events: list[Event] = field(default_factory=list)
+    """The events applied by this read, oldest first (the tail after a checkpoint)."""
+    last_offset: int | None = None
+    """Offset of the event at `state.seq` (None: before this read)."""
+    duplicates: int = 0
+    digests: dict[int, tuple[int, bytes]] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class PartitionLog:
+    """Every cluster of one events partition, read up to `end` (exclusive)."""
+
+    partition: int
+    end: int
+    clusters: dict[str, ClusterLog]
+    broken: dict[str, LogCorrupt]
+    skipped: int
+    """Records that were not events of this partition (see the module docstring)."""
 
 
 @dataclass
@@ -41,11 +124,14 @@ class Rebuilt:
     state: ClusterState
     events: list[Event]
     skipped: int
-    """Records of this cluster that were not events (undecodable, or a seq out of line)."""
+    """Records of this cluster's partition that were not its events."""
+
+
+Initial = Callable[[str], ClusterState]
 
 
 class EventLog:
-    """Rebuilds cluster states from the events topic (one reader per agent)."""
+    """Reads partitions of the events topic to their end (one reader per agent)."""
 
     def __init__(
         self,
@@ -54,6 +140,7 @@ class EventLog:
         *,
         read_committed: bool = False,
         fetch_wait_ms: int = 50,
+        initial: Initial = initial_state,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
@@ -61,19 +148,22 @@ class EventLog:
         read_committed: skip aborted transactions (exactly-once mode writes events in
             transactions).
         fetch_wait_ms: the reader's fetch wait (`StreamConfig.fetch_wait_ms`).
+        initial: the state of a cluster before its first event.
         """
         self.kafka = kafka
         self.topic = topic
         self.read_committed = read_committed
         self.fetch_wait_ms = fetch_wait_ms
+        self.initial = initial
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Open the producer the markers go through."""
         if self._producer is None:
-            self._producer = AIOKafkaProducer(**self.kafka, acks="all")
-            await self._producer.start()
+            producer = AIOKafkaProducer(**self.kafka, acks="all")
+            await producer.start()
+            self._producer = producer
 
     async def stop(self) -> None:
         """Close what `start` opened."""
@@ -81,18 +171,59 @@ class EventLog:
             await self._producer.stop()
             self._producer = None
 
-    async def rebuild(self, cluster: str, *, timeout: float = 60.0) -> Rebuilt:
-        """Fold every event of `cluster` written so far into a fresh state."""
+    async def end_of(
+        self, partition: int | None = None, *, key: bytes | None = None
+    ) -> tuple[int, int]:
+        """Append a marker (to `partition`, or where `key` hashes) and return its partition and
+        offset: every record of that partition before it is in the log now."""
+        await self.start()
+        assert self._producer is not None
+        token = uuid.uuid4().hex.encode()
+        meta = await self._producer.send_and_wait(
+            self.topic, value=b"", key=key, partition=partition, headers=[(MARKER_HEADER, token)]
+        )
+        return int(meta.partition), int(meta.offset)
+
+    async def rebuild_partition(
+        self,
+        partition: int,
+        *,
+        start: int = 0,
+        states: dict[str, ClusterState] | None = None,
+        timeout: float = 120.0,
+    ) -> PartitionLog:
+        """Fold every cluster of `partition` from offset `start` to the log's end.
+
+        Args:
+            partition: the events partition.
+            start: the first offset to read (a checkpoint's `covers + 1`).
+            states: the clusters' states at `start` (a checkpoint's snapshots).
+            timeout: seconds the whole read may take.
+
+        Raises:
+            TimeoutError: the read took longer than `timeout`.
+        """
         async with self._lock:
-            await self.start()
-            assert self._producer is not None
-            token = uuid.uuid4().hex.encode()
-            meta = await self._producer.send_and_wait(
-                self.topic, value=b"", key=cluster.encode(), headers=[(MARKER_HEADER, token)]
-            )
+            _, end = await self.end_of(partition)
             return await asyncio.wait_for(
-                self._read_until(cluster, meta.partition, meta.offset), timeout
+                self._read(partition, start, end, dict(states or {})), timeout
             )
+
+    async def rebuild(self, cluster: str, *, timeout: float = 60.0) -> Rebuilt:
+        """Fold every event of `cluster` written so far into a fresh state.
+
+        Raises:
+            LogCorrupt: the cluster's log is forked or has a gap.
+        """
+        async with self._lock:
+            partition, end = await self.end_of(key=cluster.encode())
+            read = await asyncio.wait_for(self._read(partition, 0, end, {}), timeout)
+        if cluster in read.broken:
+            raise read.broken[cluster]
+        found = read.clusters.get(cluster)
+        if found is None:
+            return Rebuilt(self.initial(cluster), [], read.skipped)
+        return Rebuilt(found.state, found.events, read.skipped)
 
     def reader(self) -> AIOKafkaConsumer:
         """A consumer without a group for reading the log (not started)."""
@@ -101,43 +232,146 @@ class EventLog:
             enable_auto_commit=False,
             group_id=None,
             fetch_max_wait_ms=self.fetch_wait_ms,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
             isolation_level="read_committed" if self.read_committed else "read_uncommitted",
         )
 
-    async def _read_until(self, cluster: str, partition: int, stop: int) -> Rebuilt:
-        key = cluster.encode()
+    async def records(self, partition: int, start: int, end: int) -> list[Any]:
+        """The raw records of `partition` from `start` up to `end` (exclusive)."""
+        out: list[Any] = []
+        if start >= end:
+            return out
         tp = TopicPartition(self.topic, partition)
         consumer = self.reader()
-        await consumer.start()
-        state, events, skipped = initial_state(cluster), [], 0
+        await _started(consumer)
         try:
             consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            done = False
-            while not done:
+            consumer.seek(tp, start)
+            while start < end:
                 batch = await consumer.getmany(tp, timeout_ms=500)
                 for record in batch.get(tp, []):
-                    if record.offset >= stop:
-                        done = True
-                        break
-                    if record.key != key or is_marker(record.headers):
-                        continue
-                    before = state.seq
-                    try:
-                        event = decode_event(record.value or b"")
-                        state = evolve(state, event)
-                    except (ValidationError, EventGap, WrongCluster) as err:
-                        skipped += 1
-                        log.warning(
-                            "event log %s[%d]@%d skipped: %s",
-                            self.topic,
-                            partition,
-                            record.offset,
-                            str(err).splitlines()[0],
-                        )
-                        continue
-                    if event.seq == before + 1:
-                        events.append(event)
+                    if record.offset >= end:
+                        return out
+                    out.append(record)
+                    start = record.offset + 1
         finally:
             await consumer.stop()
-        return Rebuilt(state, events, skipped)
+        return out
+
+    async def _read(
+        self, partition: int, start: int, end: int, states: dict[str, ClusterState]
+    ) -> PartitionLog:
+        tp = TopicPartition(self.topic, partition)
+        where = f"{self.topic}[{partition}]"
+        reading = _Reading(partition, where, states, self.initial)
+        if start >= end:
+            return reading.finish(end)
+        consumer = self.reader()
+        await _started(consumer)
+        try:
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            position = start
+            while position < end:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                records = batch.get(tp, [])
+                if records and records[-1].offset >= end:
+                    records = [r for r in records if r.offset < end]
+                    position = end
+                elif records:
+                    position = records[-1].offset + 1
+                reading.take(records)
+        finally:
+            await consumer.stop()
+        return reading.finish(end)
+
+
+async def _started(consumer: AIOKafkaConsumer) -> None:
+    """Start a group-less consumer. One tick of the loop afterwards: aiokafka's stop() right
+    after start() cancels a task that never ran, and the CancelledError escapes (0.14.0)."""
+    await consumer.start()
+    await asyncio.sleep(0)
+
+
+class _Reading:
+    """One read of a partition: checks each record's seq, folds runs of events per cluster."""
+
+    def __init__(
+        self, partition: int, where: str, states: dict[str, ClusterState], initial: Initial
+    ) -> None:
+        self.partition = partition
+        self.where = where
+        self.initial = initial
+        self.logs = {c: ClusterLog(s) for c, s in states.items()}
+        self.pending: dict[str, list[Event]] = {}
+        """Per cluster, events checked and not folded yet (folded once per fetched batch)."""
+        self.broken: dict[str, LogCorrupt] = {}
+        self.skipped = 0
+
+    def take(self, records: Sequence[Any]) -> None:
+        for record in records:
+            self._one(record)
+        self._fold()
+
+    def _one(self, record: Any) -> None:
+        if is_marker(record.headers):
+            return
+        raw = record.value or b""
+        try:
+            event = decode_event(raw)
+        except (ValidationError, ValueError):
+            self._skip(record, "not an event")
+            return
+        cluster = event.cluster
+        if record.key != cluster.encode():
+            self._skip(record, f"keyed {record.key!r}, not by its cluster {cluster!r}")
+            return
+        if cluster in self.broken:
+            return
+        found = self.logs.get(cluster)
+        if found is None:
+            found = self.logs[cluster] = ClusterLog(self.initial(cluster))
+        queued = self.pending.get(cluster)
+        seq = queued[-1].seq if queued else found.state.seq
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        if event.seq == seq + 1:
+            found.digests[event.seq] = (record.offset, digest)
+            if len(found.digests) > DIGESTS_KEPT:
+                del found.digests[next(iter(found.digests))]
+            found.last_offset = record.offset
+            self.pending.setdefault(cluster, []).append(event)
+            return
+        if event.seq <= seq:
+            first = found.digests.get(event.seq)
+            if first is not None and first[1] == digest:
+                found.duplicates += 1
+                return
+            self._break(
+                ForkDetected(
+                    cluster, event.seq, first[0] if first else None, record.offset, self.where
+                )
+            )
+            return
+        self._break(
+            GapDetected(cluster, seq, event.seq, found.last_offset, record.offset, self.where)
+        )
+
+    def _skip(self, record: Any, why: str) -> None:
+        self.skipped += 1
+        log.warning("event log %s@%d skipped: %s", self.where, record.offset, why)
+
+    def _break(self, err: LogCorrupt) -> None:
+        self._fold()
+        self.broken[err.cluster] = err
+        log.error("%s; the cluster takes no more commands until an operator repairs it", err)
+
+    def _fold(self) -> None:
+        for cluster, events in self.pending.items():
+            found = self.logs[cluster]
+            found.state = fold(found.state, events)
+            found.events.extend(events)
+        self.pending.clear()
+
+    def finish(self, end: int) -> PartitionLog:
+        self._fold()
+        return PartitionLog(self.partition, end, self.logs, self.broken, self.skipped)

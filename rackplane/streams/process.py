@@ -56,8 +56,14 @@ class WorkerProcess:
             "--policies", ",".join(c.policies),
             "--log-level", self.loglevel,
             "--max-message-bytes", str(c.max_message_bytes),
+            "--max-event-bytes", str(c.max_event_bytes),
+            "--outage-limit", str(c.outage_limit),
             "--fetch-wait-ms", str(c.fetch_wait_ms),
         ]  # fmt: skip
+        if c.seen_window is not None:
+            args += ["--seen-window", str(c.seen_window)]
+        if c.allow_finite_retention:
+            args.append("--allow-finite-retention")
         if c.exactly_once:
             args.append("--exactly-once")
         if not c.gpu_manager:

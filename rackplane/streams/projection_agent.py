@@ -23,9 +23,9 @@ from rackplane.projections import (
     rack_occupancy,
 )
 from rackplane.streams._inbound import decode
-from rackplane.streams.agents import Replicas
 from rackplane.streams.codec import decode_event
-from rackplane.streams.rejected import Sender, reject
+from rackplane.streams.rejected import Sender, reject_all
+from rackplane.streams.replicas import Replicas
 
 log = logging.getLogger("rackplane.projections")
 
@@ -145,17 +145,19 @@ class Projections:
     async def process(self, batch: Sequence[Any]) -> None:
         """Apply the batch; rewrite the table rows it changed."""
         by_cluster: dict[str, list[Event]] = {}
+        rejections = []
         for ev in batch:
             d = decode(ev, decode_event, agent=self.name, topic=self.topic, limit=self.limit)
             if d is None:
                 continue
             if d.rejected is not None:
-                await reject(self.rejected, d.rejected)
+                rejections.append(d.rejected)
                 continue
             assert d.value is not None
             by_cluster.setdefault(d.value.cluster, []).append(d.value)
+        await reject_all(self.rejected, rejections)
         for cluster, events in by_cluster.items():
-            state, history = await self.replicas.get(cluster)
+            state, history = await self.replicas.follow(cluster)
             touched = {getattr(e, "job", None) for e in history}
             fresh = bool(history)
             for e in events:
@@ -187,7 +189,9 @@ class Projections:
     # -- reads (web views) --------------------------------------------------------------
 
     def clusters(self) -> list[dict[str, Any]]:
-        return [cluster_summary(s).model_dump() for s in self.replicas.states.values()]
+        return [
+            cluster_summary(s).model_dump() for s in self.replicas.states.values() if s.registered
+        ]
 
     def racks(self, cluster: str) -> list[dict[str, Any]] | None:
         state = self.replicas.states.get(cluster)

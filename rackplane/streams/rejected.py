@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -71,3 +73,25 @@ async def reject(sender: Sender, record: Rejection) -> None:
     fut = await sender.send(key=record.source_topic.encode(), value=REJECTIONS.dump_json(record))
     if hasattr(fut, "__await__"):
         await fut
+
+
+async def reject_all(sender: Sender, records: Sequence[Rejection]) -> None:
+    """Send every record (see `reject`), all in flight at once; return when all are
+    acknowledged."""
+    pending = []
+    for record in records:
+        log.info(
+            "rejected %s[%s]@%s by %s: %s",
+            record.source_topic,
+            record.partition,
+            record.offset,
+            record.agent,
+            record.reason,
+        )
+        fut = await sender.send(
+            key=record.source_topic.encode(), value=REJECTIONS.dump_json(record)
+        )
+        if hasattr(fut, "__await__"):
+            pending.append(fut)
+    if pending:
+        await asyncio.gather(*pending)

@@ -7,42 +7,86 @@ topics, 1,430/s through Faust's own underlying producer, and 2,320/s through a p
 such producer per worker (same default partitioner: a key lands where a Faust send would put
 it). In exactly-once mode a send must join the transaction of its input partition, which only
 Faust's path does, so agents send through Faust's topics there.
+
+The producer is idempotent where the broker allows it (Apache Kafka): a retry after a lost
+acknowledgement is then not written twice, and batches of one partition keep their order.
+Tansu has no idempotent producer (its InitProducerId fails): the worker then says so once, at
+WARNING, and goes on without; a retried batch may land twice, which every reader of the log
+counts as a duplicate (same bytes, same seq), never as a second decision.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import faust
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    UnknownError,
+    UnsupportedVersionError,
+)
+
+log = logging.getLogger("rackplane.senders")
 
 
 class SharedProducer:
     """One aiokafka producer for a worker's agents, started on first use."""
 
-    def __init__(self, kafka: dict[str, Any], *, max_request_size: int = 1_048_576) -> None:
+    def __init__(
+        self,
+        kafka: dict[str, Any],
+        *,
+        max_request_size: int = 1_048_576,
+        idempotent: bool = True,
+    ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
-        max_request_size: the producer's largest request.
+        max_request_size: the producer's largest request, and its largest record batch.
+        idempotent: ask for an idempotent producer (falls back, loudly, where the broker has
+            none).
         """
         self.kafka = kafka
         self.max_request_size = max_request_size
+        self.idempotent = idempotent
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
+
+    def _new(self, idempotent: bool) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **self.kafka,
+            acks="all",
+            enable_idempotence=idempotent,
+            max_request_size=self.max_request_size,
+            max_batch_size=self.max_request_size,
+        )
 
     async def get(self) -> AIOKafkaProducer:
         if self._producer is None:
             async with self._lock:
                 if self._producer is None:
-                    producer = AIOKafkaProducer(
-                        **self.kafka,
-                        acks="all",
-                        max_request_size=self.max_request_size,
-                    )
-                    await producer.start()
-                    self._producer = producer
+                    self._producer = await self._start()
         return self._producer
+
+    async def _start(self) -> AIOKafkaProducer:
+        if self.idempotent:
+            producer = self._new(True)
+            try:
+                await producer.start()
+                return producer
+            except (UnknownError, UnsupportedVersionError, ClusterAuthorizationFailedError) as err:
+                await producer.stop()
+                log.warning(
+                    "the broker gives no idempotent producer (%s): a retried send may be "
+                    "written twice; readers count such copies as duplicates",
+                    type(err).__name__,
+                )
+                self.idempotent = False
+        producer = self._new(False)
+        await producer.start()
+        return producer
 
     async def stop(self) -> None:
         if self._producer is not None:

@@ -8,6 +8,11 @@ Manager's input is a consumer in its own group (`<app_id>.telemetry`) that proce
 fetched batch and, at most every `commit_interval`, commits what the commands it caused have
 been acknowledged for (at-least-once; a redelivered sample re-derives the same command id,
 which the controller deduplicates).
+
+It lives or dies with the worker: a commit refused because the group rebalanced (after a broker
+pause, say) is normal, and the loop goes on (what was not committed is read again); anything
+else it cannot handle, a send the broker never acknowledged included, stops the worker at once
+(`_fatal`), so a supervisor restarts it and the samples are read again from the last commit.
 """
 
 from __future__ import annotations
@@ -18,8 +23,29 @@ import logging
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalGenerationError,
+    KafkaConnectionError,
+    NodeNotReadyError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+    UnknownMemberIdError,
+)
 
+from rackplane.streams._fatal import guarded
 from rackplane.streams.agents import GpuManager
+
+RETRIABLE_COMMIT = (
+    CommitFailedError,
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    KafkaConnectionError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+)
+"""Commit failures after which the loop goes on: the group moved, or the broker is away."""
 
 log = logging.getLogger("rackplane.telemetry")
 
@@ -49,11 +75,14 @@ class TelemetryLoop:
         self.fetch_wait_ms = fetch_wait_ms
         self.joined = asyncio.Event()
         """Set once the consumer has joined its group (part of the worker being ready)."""
+        self.failed: str | None = None
+        """Why the loop stopped, when it did (the worker is on its way down then)."""
+        self.commit_failures = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Run the loop as a task of the current event loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        """Run the loop as a task of the current event loop (it stops the worker if it fails)."""
+        self._task = asyncio.get_running_loop().create_task(guarded("telemetry", self._run))
 
     async def stop(self) -> None:
         """Cancel the loop and close its consumer."""
@@ -97,12 +126,17 @@ class TelemetryLoop:
                     await self.manager.on_telemetry(records)
                     dirty = True
                 if dirty and loop.time() - committed >= self.commit_interval:
-                    await consumer.commit()
-                    committed, dirty = loop.time(), False
+                    committed = loop.time()
+                    try:
+                        await consumer.commit()
+                        dirty = False
+                    except RETRIABLE_COMMIT as err:
+                        self.commit_failures += 1
+                        log.info("telemetry commit refused (%s); going on", type(err).__name__)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("telemetry loop failed; the worker stops so it can be restarted")
+        except BaseException as err:
+            self.failed = f"{type(err).__name__}: {err}"
             raise
         finally:
             await consumer.stop()

@@ -120,4 +120,9 @@ async def kill_and_restart(p: Pipeline) -> None:
         if live["seq"] == folded.seq:
             break
         await asyncio.sleep(0.2)
-    assert live == {"cluster": c, "seq": folded.seq, "digest": state_digest(folded)}
+    assert live == {
+        "cluster": c,
+        "seq": folded.seq,
+        "digest": state_digest(folded),
+        "broken": None,
+    }
