@@ -36,7 +36,7 @@ from rackplane.models import (
 from rackplane.policies import decide, refuse_oversized
 from rackplane.policies.base import Policy
 from rackplane.policies.health import HealthClassifier
-from rackplane.projections import ClusterState, evolve, fold
+from rackplane.projections import ClusterState, fold
 from rackplane.streams._append import Decision, Fence, Stalled, decision_bytes
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
@@ -318,11 +318,8 @@ class PolicyRunner:
             state, history = await self.replicas.follow(cluster)
             if cluster in self.replicas.broken:
                 continue  # its log is forked or has a gap: the controller decides nothing
-            new = list(history)  # just rebuilt: catch up on everything (proposals dedupe)
-            for e in events:
-                if e.seq == state.seq + 1:
-                    state = evolve(state, e)
-                    new.append(e)
+            state, applied = self.replicas.advance(state, events)
+            new = [*history, *applied]  # just rebuilt: catch up on everything (proposals dedupe)
             self.replicas.put(state)
             if not new:
                 continue
@@ -415,16 +412,15 @@ class GpuManager:
                 if not self.replicas.loaded(self.replicas.partition_of(cluster)):
                     continue  # its partition is read on the cluster's first sample
                 state = self.replicas.eventlog.initial(cluster)  # new on a loaded partition
-            for e in events:
-                if e.seq == state.seq + 1:
-                    state = evolve(state, e)
-                    node = getattr(e, "node", None)
-                    if node is not None and e.type.startswith("Node"):
-                        # The controller's view changed (a repair, another reporter): compare
-                        # the next verdict with that, not with what this manager last said.
-                        self.reported.pop((cluster, node), None)
-                        if e.type == "NodeRepaired":
-                            self.classifier.forget(cluster, node)
+            state, applied = self.replicas.advance(state, events)
+            for e in applied:
+                node = getattr(e, "node", None)
+                if node is not None and e.type.startswith("Node"):
+                    # The controller's view changed (a repair, another reporter): compare the
+                    # next verdict with that, not with what this manager last said.
+                    self.reported.pop((cluster, node), None)
+                    if e.type == "NodeRepaired":
+                        self.classifier.forget(cluster, node)
             self.replicas.put(state)
 
     async def on_telemetry(self, batch: Sequence[Any]) -> None:

@@ -34,7 +34,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from rackplane.models import Event
-from rackplane.projections import ClusterState, fold, initial_state
+from rackplane.projections import ClusterState, evolve, fold, initial_state
 from rackplane.streams.codec import decode_event
 
 log = logging.getLogger("rackplane.eventlog")
@@ -90,6 +90,19 @@ class GapDetected(LogCorrupt):
             f"by seq {got} at offset {offset} of {where}",
         )
         self.have, self.got, self.last, self.offset = have, got, last, offset
+
+
+class Inapplicable(LogCorrupt):
+    """An event with the next seq that cannot apply to the state before it (forged, or a bug
+    in the writer): the log cannot be folded past it."""
+
+    def __init__(self, cluster: str, seq: int, offset: int, where: str, err: BaseException) -> None:
+        super().__init__(
+            cluster,
+            f"event log of cluster {cluster!r} cannot be folded: seq {seq} at offset {offset} "
+            f"of {where} does not apply ({type(err).__name__}: {err})",
+        )
+        self.seq, self.offset = seq, offset
 
 
 @dataclass
@@ -305,6 +318,8 @@ class _Reading:
         self.logs = {c: ClusterLog(s) for c, s in states.items()}
         self.pending: dict[str, list[Event]] = {}
         """Per cluster, events checked and not folded yet (folded once per fetched batch)."""
+        self.offsets: dict[str, list[int]] = {}
+        """The offsets of `pending`."""
         self.broken: dict[str, LogCorrupt] = {}
         self.skipped = 0
 
@@ -338,8 +353,8 @@ class _Reading:
             found.digests[event.seq] = (record.offset, digest)
             if len(found.digests) > DIGESTS_KEPT:
                 del found.digests[next(iter(found.digests))]
-            found.last_offset = record.offset
             self.pending.setdefault(cluster, []).append(event)
+            self.offsets.setdefault(cluster, []).append(record.offset)
             return
         if event.seq <= seq:
             first = found.digests.get(event.seq)
@@ -352,25 +367,45 @@ class _Reading:
                 )
             )
             return
-        self._break(
-            GapDetected(cluster, seq, event.seq, found.last_offset, record.offset, self.where)
-        )
+        last = self.offsets[cluster][-1] if queued else found.last_offset
+        self._break(GapDetected(cluster, seq, event.seq, last, record.offset, self.where))
 
     def _skip(self, record: Any, why: str) -> None:
         self.skipped += 1
         log.warning("event log %s@%d skipped: %s", self.where, record.offset, why)
 
-    def _break(self, err: LogCorrupt) -> None:
-        self._fold()
+    def _break(self, err: LogCorrupt, *, fold: bool = True) -> None:
+        if fold:
+            self._fold()
+        if err.cluster in self.broken:
+            return
         self.broken[err.cluster] = err
         log.error("%s; the cluster takes no more commands until an operator repairs it", err)
 
     def _fold(self) -> None:
-        for cluster, events in self.pending.items():
+        pending, offsets = self.pending, self.offsets
+        self.pending, self.offsets = {}, {}
+        for cluster, events in pending.items():
             found = self.logs[cluster]
-            found.state = fold(found.state, events)
+            try:
+                found.state = fold(found.state, events)
+            except Exception:  # an event that does not apply: forged, or a bug; find it
+                self._fold_each(found, events, offsets[cluster])
+                continue
             found.events.extend(events)
-        self.pending.clear()
+            found.last_offset = offsets[cluster][-1]
+
+    def _fold_each(self, found: ClusterLog, events: list[Event], offsets: list[int]) -> None:
+        for event, offset in zip(events, offsets, strict=True):
+            try:
+                found.state = evolve(found.state, event)
+            except Exception as err:
+                self._break(
+                    Inapplicable(event.cluster, event.seq, offset, self.where, err), fold=False
+                )
+                return
+            found.events.append(event)
+            found.last_offset = offset
 
     def finish(self, end: int) -> PartitionLog:
         self._fold()

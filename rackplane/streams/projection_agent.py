@@ -19,7 +19,6 @@ from rackplane.projections import (
     ClusterState,
     RackOccupancy,
     cluster_summary,
-    evolve,
     rack_occupancy,
 )
 from rackplane.streams._inbound import decode
@@ -160,12 +159,11 @@ class Projections:
             state, history = await self.replicas.follow(cluster)
             touched = {getattr(e, "job", None) for e in history}
             fresh = bool(history)
-            for e in events:
-                if e.seq == state.seq + 1:
-                    state = evolve(state, e)
-                    touched.add(getattr(e, "job", None))
-                    touched.update(getattr(e, "victims", ()) or ())
-                    fresh = True
+            state, applied = self.replicas.advance(state, events)
+            for e in applied:
+                touched.add(getattr(e, "job", None))
+                touched.update(getattr(e, "victims", ()) or ())
+                fresh = True
             self.replicas.put(state)
             if fresh:
                 self._mirror(state, touched)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from rackplane.models import Event
-from rackplane.projections import ClusterState
-from rackplane.streams.eventlog import EventLog, LogCorrupt, partition_for
+from rackplane.projections import ClusterState, evolve
+from rackplane.streams.eventlog import EventLog, Inapplicable, LogCorrupt, partition_for
 
 log = logging.getLogger("rackplane.replicas")
 
@@ -136,7 +136,7 @@ class Replicas:
         read = await self.eventlog.rebuild_partition(
             p, start=self.ends[p], states={c: self.states[c] for c in members if c in self.states}
         )
-        for c, found in read.clusters.items():
+        for found in read.clusters.values():
             self.put(found.state, offset=found.last_offset)
         self.broken.update(read.broken)
         self.ends[p] = read.end
@@ -148,6 +148,29 @@ class Replicas:
         down the stream)."""
         state, tail = await self.get(cluster)
         return (state if state is not None else self.eventlog.initial(cluster)), tail
+
+    def advance(
+        self, state: ClusterState, events: Sequence[Event]
+    ) -> tuple[ClusterState, list[Event]]:
+        """Fold the stream's next events of one cluster into `state` (for agents that read the
+        events topic); return the new state and the events it applied. Events already applied
+        or out of line are skipped (the rebuild is the judge of the log); one that cannot apply
+        (forged) breaks the cluster here, said once at ERROR, instead of killing the agent."""
+        applied: list[Event] = []
+        for e in events:
+            if e.seq != state.seq + 1 or state.cluster in self.broken:
+                continue
+            try:
+                state = evolve(state, e)
+            except Exception as err:
+                broken = Inapplicable(
+                    state.cluster, e.seq, -1, f"{self.eventlog.topic} (as streamed)", err
+                )
+                self.broken[state.cluster] = broken
+                log.error("%s; this agent follows it no further", broken)
+                break
+            applied.append(e)
+        return state, applied
 
     def put(self, state: ClusterState, *, offset: int | None = None) -> None:
         """Keep `state` as the cluster's replica (`offset`: of its newest event, if known)."""
