@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from rackplane.models._ids import Actor, ClusterId, CommandId, EventId
+from rackplane.models._ids import Actor, ClusterId, CommandId, CompoundId, EventId
 
 SCHEMA_VERSION = 1
 
@@ -19,8 +19,8 @@ class CommandEnvelope(BaseModel):
     cluster: ClusterId
     actor: Actor
     issued_at: AwareDatetime | None = None
-    causation_id: str | None = None
-    correlation_id: str | None = None
+    causation_id: CompoundId | None = None
+    correlation_id: CompoundId | None = None
 
 
 class EventEnvelope(BaseModel):
@@ -38,5 +38,5 @@ class EventEnvelope(BaseModel):
     seq: int = Field(ge=1)
     at: AwareDatetime
     actor: Actor
-    causation_id: str | None = None
-    correlation_id: str | None = None
+    causation_id: CompoundId | None = None
+    correlation_id: CompoundId | None = None
