@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rackplane.cli._render import console, errors, fail, print_json
-from rackplane.models import NodeTelemetry
+from rackplane.cli._render import checked, console, errors, fail, print_json
+from rackplane.models import ClusterId, NodeId, NodeTelemetry
 
 exporter_app = typer.Typer(
     help="Node exporters: GPU telemetry from NVML or a dcgm-exporter scrape.",
@@ -96,6 +96,8 @@ def nvml(
     count: Count = None,
 ) -> None:
     """Sample every GPU of this node through NVML (nvidia-ml-py) and publish telemetry."""
+    checked(NodeId, node, "--node")
+    checked(ClusterId, cluster, "--cluster")
     import pynvml
 
     from rackplane.exporters import NvmlSampler
@@ -146,6 +148,9 @@ def dcgm(
 
     if (scrape is None) == (file is None):
         fail("give exactly one of --scrape URL or --file FILE")
+    if node is not None:
+        checked(NodeId, node, "--node")
+    checked(ClusterId, cluster, "--cluster")
     where = scrape or str(file)
 
     def read(at: datetime) -> list[NodeTelemetry]:
