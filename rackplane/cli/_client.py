@@ -23,6 +23,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from rackplane.cli._config import ConfigFile, settings
@@ -150,7 +151,7 @@ def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool)
                 or getattr(e, "explanation", "")
                 or str(getattr(e, "job", "") or getattr(e, "node", ""))
             )
-            t.add_row(e.id, e.type, what)
+            t.add_row(e.id, e.type, escape(what))  # a reason is data, not markup
         console.print(t)
     if rejected:
         raise SystemExit(1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from rackplane.cli._render import checked, console, errors, fail, print_json
@@ -43,7 +44,7 @@ def _render(samples: list[NodeTelemetry], as_json: bool) -> None:
         for g in s.gpus:
             t.add_column(f"GPU {g.index}", justify="right")
         t.add_row("uuid", "", *(g.uuid or "-" for g in s.gpus))
-        t.add_row("model", "", *(g.model or "-" for g in s.gpus))
+        t.add_row("model", "", *(escape(g.model or "-") for g in s.gpus))
         for name, unit in UNITS.items():
             values = [getattr(g, name) for g in s.gpus]
             t.add_row(name, unit, *("unsupported" if v is None else str(v) for v in values))
@@ -163,7 +164,7 @@ def dcgm(
         except ValueError as err:
             raise _ReadError(f"{where}: {err}") from err
         for problem in out.problems:
-            errors.print(f"[yellow]warning:[/] {where}: {problem}", highlight=False)
+            errors.print(f"[yellow]warning:[/] {escape(f'{where}: {problem}')}", highlight=False)
         if not out.samples:
             raise _ReadError(f"{where}: no GPU readings (no DCGM_FI_* family with a gpu label)")
         return out.samples

@@ -7,13 +7,18 @@ broker below is a port nothing listens on).
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from rackplane.cli import app
+from rackplane.history import DuckDBAuditSink
 from rackplane.importers import TopologyFileError, load_cluster_file, parse_k8s_nodes
+from rackplane.models import CordonNode, Rack, RegisterTopology, Topology
+from rackplane.policies import decide
+from rackplane.projections import evolve, initial_state
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 NOWHERE = ["--broker", "kafka://127.0.0.1:9", "--timeout", "0.1"]
@@ -131,3 +136,27 @@ def test_a_kubernetes_node_name_with_a_bidi_control_is_refused_in_words() -> Non
         TopologyFileError, match=r"bidi control character \(U\+202E\) at position 6"
     ):
         parse_k8s_nodes(json.dumps(doc), source="nodes.json")
+
+
+def test_a_reason_that_looks_like_markup_is_printed_as_it_is(tmp_path: Path) -> None:
+    """Free text may hold `[`: the history timeline prints it, it does not interpret it (an
+    unbalanced `[/]` used to be a rich MarkupError, a traceback)."""
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    topology = Topology(cluster="c1", racks=(Rack(id="r1", nodes=("n1", "n2")),))
+    commands = [
+        RegisterTopology(id="cli-1", cluster="c1", actor="operator:alice", topology=topology),
+        CordonNode(
+            id="cli-2", cluster="c1", actor="operator:alice", node="n1", reason="[/] [red]x"
+        ),
+    ]
+    state, events = initial_state("c1"), []
+    for command in commands:
+        for event in decide(state, command, now=now):
+            state = evolve(state, event)
+            events.append(event)
+    db = tmp_path / "history.duckdb"
+    with DuckDBAuditSink(db) as sink:
+        sink.record_events(events)
+    result = runner.invoke(app, ["history", "node", "n1", "--db", str(db)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "[/] [red]x" in result.stdout
