@@ -11,7 +11,7 @@ from typing import Annotated
 from rackplane.models._text import NameRule
 
 ID_RULE = NameRule("an id", "id_invalid", 128)
-_COMPOUNDID_RULE = NameRule("a compound id", "compound_id_invalid", 256)
+COMPOUND_ID_RULE = NameRule("a compound id", "compound_id_invalid", 256)
 ACTOR_RULE = NameRule("an actor", "actor_invalid", 128)
 COMMAND_TYPE_RULE = NameRule(
     "a command type",
@@ -33,7 +33,7 @@ JobId = Id
 DeviceId = Id
 """A GPU's UUID (`GPU-8c4a...`) or PCI bus id (`00000000:19:00.0`), as the driver gives it."""
 
-CompoundId = Annotated[str, _COMPOUNDID_RULE]
+CompoundId = Annotated[str, COMPOUND_ID_RULE]
 """An id made of names (see the module docstring): at most 256 characters."""
 CommandId = CompoundId
 EventId = CompoundId

@@ -20,7 +20,7 @@ Python's Unicode database: a message valid on one Python is valid on every other
 outlives the versions of its readers.
 
 Both rules are patterns checked inside pydantic's core (a message is mostly such strings, and
-bulk decoding must stay cheap: a validator in Python cost ~0.3 us a field), with a readable
+bulk decoding must stay cheap: a validator in Python cost ~0.2 us a field), with a readable
 error in place of the pattern ("expected an actor: ASCII letters, digits and ..."). The exact
 culprit is worded when an error is shown: `describe_error` turns any `ValidationError` into
 one line such as "actor: contains a bidi control character (U+202E) at position 9 (expected
