@@ -18,9 +18,12 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from rackplane.models import Command, Event, JobSpec, Rack, Topology
+from rackplane.models._text import FreeText, NameRule, refused
 
 IDS = st.from_regex(r"\A[a-z][a-z0-9-]{0,10}\Z")
-TEXT = st.text(max_size=30)
+TEXT_CHARS = st.characters(exclude_categories=("Cs",)).filter(lambda c: refused(c) is None)
+"""What free text may hold: any character but those the text rule refuses (models._text)."""
+TEXT = st.text(TEXT_CHARS, max_size=30)
 AWARE = st.datetimes(
     min_value=datetime(2020, 1, 1), max_value=datetime(2035, 1, 1), timezones=st.just(UTC)
 )
@@ -114,9 +117,14 @@ def _for(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
     if annotation is float:
         return st.floats(min_value=b.get("ge", -1e9), max_value=1e9, allow_nan=False)
     if annotation is str:
+        rule = next((m for m in metadata if isinstance(m, NameRule)), None)
+        if rule is not None and rule.first != "A-Za-z0-9":
+            return st.from_regex(rule.pattern, fullmatch=True)  # a command type
         if "pattern" in b:
             return IDS
-        return st.text(min_size=b.get("min_length", 0), max_size=min(b.get("max_length", 30), 30))
+        chars = TEXT_CHARS if any(isinstance(m, FreeText) for m in metadata) else st.characters()
+        size = {"min_size": b.get("min_length", 0), "max_size": min(b.get("max_length", 30), 30)}
+        return st.text(chars, **size)
     if annotation is datetime:
         return AWARE
     if annotation is timedelta:

@@ -3,6 +3,13 @@
 Each sends one command (with an actor) to the commands topic and prints the events it caused,
 by id; a rejection prints its reason and exits with status 1. Broker, prefix and actor come
 from the settings (flags > RACKPLANE_* > config file; docs/CONFIG.md).
+
+The actor defaults to `operator:$USER`. A user name outside the actor alphabet (ASCII letters,
+digits and . _ : / @ + -) is not mapped to a look-alike: the command is refused in one line
+that asks for `--actor` or RACKPLANE_ACTOR, since an actor is what admin lists are checked
+against and two users must never map to one actor. Input that does not make a valid command
+(an id with a space, a reason with a control character) is refused the same way, before
+anything is sent.
 """
 
 from __future__ import annotations
@@ -12,17 +19,22 @@ import getpass
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from rackplane.cli._config import ConfigFile, settings
-from rackplane.cli._render import console, errors, fail, print_json
+from rackplane.cli._render import checked, console, errors, fail, message_of, print_json
 from rackplane.config import RackplaneSettings
 from rackplane.models import (
+    ACTOR_RULE,
     CancelJob,
+    ClusterId,
     Command,
+    CommandEnvelope,
     CommandRejected,
     ConfigurePolicy,
     CordonNode,
@@ -40,10 +52,17 @@ from rackplane.models import (
 
 Broker = Annotated[str | None, typer.Option(help="kafka://host:port of the running system.")]
 Cluster = Annotated[str, typer.Option(help="Cluster id.")]
-Actor = Annotated[str | None, typer.Option(help="Who sends it (default operator:$USER).")]
+Actor = Annotated[
+    str | None,
+    typer.Option(
+        help="Who sends it (default operator:$USER): ASCII letters, digits, . _ : / @ + -."
+    ),
+]
 Prefix = Annotated[str | None, typer.Option(help="Topic prefix.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 Timeout = Annotated[float, typer.Option(help="Seconds to wait for the outcome.")]
+
+C = TypeVar("C", bound=CommandEnvelope)
 
 
 def register(app: typer.Typer) -> None:
@@ -60,7 +79,29 @@ def _settings(
 
 
 def _actor(s: RackplaneSettings) -> str:
-    return s.actor or f"operator:{getpass.getuser()}"
+    """The settings' actor, else `operator:$USER` (see the module docstring), or exit."""
+    if s.actor:
+        return s.actor
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no USER/LOGNAME and no passwd entry (e.g. a bare container)
+        fail("cannot tell who you are (no user name): pass --actor or set RACKPLANE_ACTOR")
+    actor = f"operator:{user}"
+    culprit = ACTOR_RULE.culprit(actor)
+    if culprit is not None:
+        fail(
+            f"the user name {user!r} cannot make an actor: {actor!r} {culprit}; "
+            "pass --actor or set RACKPLANE_ACTOR (ASCII letters, digits and . _ : / @ + -)"
+        )
+    return actor
+
+
+def _build(kind: type[C], **fields: Any) -> C:
+    """`kind(**fields)`, or a one-line error naming the field at fault."""
+    try:
+        return kind(**fields)
+    except ValidationError as err:
+        fail(message_of(err))
 
 
 def _issue(
@@ -77,7 +118,7 @@ def _issue(
 ) -> None:
     """Build a `kind` command from the settings' actor and `fields`, send it, print its events."""
     s = _settings(config_file, broker, prefix, actor)
-    command = kind(id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), **fields)
+    command = _build(kind, id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), **fields)
     _send(s, command, timeout, json_out)
 
 
@@ -110,7 +151,7 @@ def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool)
                 or getattr(e, "explanation", "")
                 or str(getattr(e, "job", "") or getattr(e, "node", ""))
             )
-            t.add_row(e.id, e.type, what)
+            t.add_row(e.id, e.type, escape(what))  # a reason is data, not markup
         console.print(t)
     if rejected:
         raise SystemExit(1)
@@ -150,7 +191,8 @@ def register_topology(
             "admin commands on this cluster (docs/OPERATIONS.md)",
             highlight=False,
         )
-    command = RegisterTopology(
+    command = _build(
+        RegisterTopology,
         id=f"cli-{uuid.uuid4().hex}",
         cluster=cf.topology.cluster,
         actor=_actor(s),
@@ -200,8 +242,8 @@ def submit(
             min_nodes_per_slice=min_nodes_per_slice,
         )
     except ValueError as err:
-        fail(str(err))
-    command = SubmitJob(id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=who, job=spec)
+        fail(message_of(err))
+    command = _build(SubmitJob, id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=who, job=spec)
     _send(s, command, timeout, json_out)
 
 
@@ -348,12 +390,15 @@ def allow_interactive(
 ) -> None:
     """Let Auto Defrag preempt interactive jobs (admin only), or stop it with --off."""
     s = _settings(config_file, broker, prefix, actor)
+    checked(ClusterId, cluster, "--cluster")
+    who = _actor(s)
     current = _current_policy(s, cluster, timeout)
     wanted = current.model_copy(update={"allow_interactive_preemption": not off})
-    command = ConfigurePolicy(
+    command = _build(
+        ConfigurePolicy,
         id=f"cli-{uuid.uuid4().hex}",
         cluster=cluster,
-        actor=_actor(s),
+        actor=who,
         settings=wanted,
         reason=reason,
     )

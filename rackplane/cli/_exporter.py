@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from rackplane.cli._render import console, errors, fail, print_json
-from rackplane.models import NodeTelemetry
+from rackplane.cli._render import checked, console, errors, fail, print_json
+from rackplane.models import ClusterId, NodeId, NodeTelemetry
 
 exporter_app = typer.Typer(
     help="Node exporters: GPU telemetry from NVML or a dcgm-exporter scrape.",
@@ -43,7 +44,7 @@ def _render(samples: list[NodeTelemetry], as_json: bool) -> None:
         for g in s.gpus:
             t.add_column(f"GPU {g.index}", justify="right")
         t.add_row("uuid", "", *(g.uuid or "-" for g in s.gpus))
-        t.add_row("model", "", *(g.model or "-" for g in s.gpus))
+        t.add_row("model", "", *(escape(g.model or "-") for g in s.gpus))
         for name, unit in UNITS.items():
             values = [getattr(g, name) for g in s.gpus]
             t.add_row(name, unit, *("unsupported" if v is None else str(v) for v in values))
@@ -96,6 +97,8 @@ def nvml(
     count: Count = None,
 ) -> None:
     """Sample every GPU of this node through NVML (nvidia-ml-py) and publish telemetry."""
+    checked(NodeId, node, "--node")
+    checked(ClusterId, cluster, "--cluster")
     import pynvml
 
     from rackplane.exporters import NvmlSampler
@@ -146,6 +149,9 @@ def dcgm(
 
     if (scrape is None) == (file is None):
         fail("give exactly one of --scrape URL or --file FILE")
+    if node is not None:
+        checked(NodeId, node, "--node")
+    checked(ClusterId, cluster, "--cluster")
     where = scrape or str(file)
 
     def read(at: datetime) -> list[NodeTelemetry]:
@@ -158,7 +164,7 @@ def dcgm(
         except ValueError as err:
             raise _ReadError(f"{where}: {err}") from err
         for problem in out.problems:
-            errors.print(f"[yellow]warning:[/] {where}: {problem}", highlight=False)
+            errors.print(f"[yellow]warning:[/] {escape(f'{where}: {problem}')}", highlight=False)
         if not out.samples:
             raise _ReadError(f"{where}: no GPU readings (no DCGM_FI_* family with a gpu label)")
         return out.samples

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from rackplane.cli._history_common import (
@@ -76,7 +77,8 @@ def _timeline(
     for c in ("seq", "at", "event", "actor", "what happened"):
         t.add_column(c, justify="right" if c == "seq" else "left", overflow="fold")
     for e in entries:
-        t.add_row(str(e.seq), e.at.strftime("%Y-%m-%d %H:%M:%S"), e.type, e.actor, e.text)
+        at = e.at.strftime("%Y-%m-%d %H:%M:%S")
+        t.add_row(str(e.seq), at, e.type, e.actor, escape(e.text))  # text is data, not markup
     console.print(t)
 
 

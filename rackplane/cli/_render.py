@@ -6,9 +6,12 @@ import json
 import sys
 from typing import Any, NoReturn
 
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from rackplane.models import describe_error
 from rackplane.projections import ClusterSummary, RackOccupancy
 
 console = Console()
@@ -17,8 +20,24 @@ errors = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print an error for the user (no traceback) and exit."""
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise SystemExit(code)
+
+
+def message_of(err: Exception) -> str:
+    """`err` for a user: a `ValidationError` as one line through `describe_error` (which
+    names the culprit character), anything else as its text."""
+    return describe_error(err) if isinstance(err, ValidationError) else str(err)
+
+
+def checked(kind: Any, value: str, option: str) -> str:
+    """`value` of a command-line option valid as `kind` (`NodeId`, `Actor`...), or a one-line
+    error naming the option: "--node: contains a space (U+0020) at position 3 (...)"."""
+    try:
+        TypeAdapter(kind).validate_python(value)
+    except ValidationError as err:
+        fail(f"{option}: {describe_error(err).removeprefix('message: ')}")
+    return value
 
 
 def print_json(data: Any) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from rackplane.cli._render import console, errors, fail, print_json
@@ -19,7 +20,7 @@ from rackplane.importers import (
     load_k8s_nodes,
     load_slurm_topology,
 )
-from rackplane.models import Topology, TopologyIndex
+from rackplane.models import Topology, TopologyIndex, printable
 
 topology_app = typer.Typer(help="Inspect cluster files; import Slurm and Kubernetes topologies.")
 
@@ -158,5 +159,5 @@ def import_(
         t.add_column("node")
         t.add_column("why")
         for node, why in skipped:
-            t.add_row(node, why)
+            t.add_row(escape(printable(node, 200)), escape(why))  # names from the file: data
         errors.print(t)

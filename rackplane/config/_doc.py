@@ -70,6 +70,7 @@ def _type(field: FieldInfo) -> str:
     text = re.sub(r"Annotated\[(\w+), [^\]]*\)\]", r"\1", text)
     text = text.replace("pydantic.types.", "").replace("rackplane.models.settings.", "")
     text = text.replace("datetime.", "").replace("<class '", "").replace("'>", "")
+    text = re.sub(r"^Optional\[(.*)\]$", r"\1 | None", text)  # `Annotated[...] | None` prints so
     return text.replace("NoneType", "None").replace("|", "\\|")
 
 

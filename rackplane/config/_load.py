@@ -12,6 +12,7 @@ import yaml
 from pydantic import SecretStr, ValidationError
 
 from rackplane.config._model import ENV_PREFIX, FILE_VALUES, RackplaneSettings
+from rackplane.models._text import rule_of
 
 CONFIG_ENV = "RACKPLANE_CONFIG"
 """Environment variable naming the config file when `--config` is not given."""
@@ -111,6 +112,9 @@ def _explain(
             "default": "",
         }[origin]
         msg = e["msg"].removeprefix("Value error, ")
+        rule = rule_of(e)  # an id's or a text's: which character, where (never the value)
+        if rule is not None and isinstance(e.get("input"), str):
+            msg = rule.problem(e["input"]) or msg
         if e["type"] == "extra_forbidden":
             msg = "not a rackplane setting (docs/CONFIG.md lists them)"
         lines.append(f"{loc}: {msg}{where}")

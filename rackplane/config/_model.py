@@ -23,7 +23,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from rackplane.models import PolicySettings
+from rackplane.models import Actor, PolicySettings
 from rackplane.streams.config import KafkaSecurity, StreamConfig
 
 POLICY_AGENTS = ("spare_swap", "tas", "defrag")
@@ -141,8 +141,9 @@ class RackplaneSettings(BaseSettings):
     record_history: bool = False
     """The worker records every event, command and rejection into `history_db` (also
     `rackplane worker --db FILE`)."""
-    actor: str | None = Field(default=None, min_length=1, max_length=128)
-    """Who the client commands act as (default `operator:$USER`); admin commands check it."""
+    actor: Actor | None = None
+    """Who the client commands act as (default `operator:$USER`); admin commands check it.
+    ASCII letters, digits and . _ : / @ + -, at most 128 characters."""
     cluster_file: Path | None = None
     """Cluster file `rackplane register` sends when no file is named."""
     policy: PolicySettings = PolicySettings()

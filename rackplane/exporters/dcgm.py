@@ -8,7 +8,10 @@ telemetry fields (`FIELDS`, units converted), and judges nothing. Rules of the m
   goes to `xid` (0 means none); `xids` stays None (DCGM reports no events);
 - a field the scrape does not carry stays None (unsupported), never 0; families without a
   `gpu` label (placeholders, totals) and families not in `FIELDS` are skipped and counted;
-- a value that cannot be a reading (negative, NaN) is reported as a problem and skipped.
+- a value that cannot be a reading (negative, NaN) is reported as a problem and skipped;
+- text from labels is made valid (`_clean`): a model name is escaped and cut, a UUID or PCI
+  bus id that is not an id is left out; a host that is not a node id is a problem, and its
+  GPUs are skipped.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from rackplane.models import GpuSample, NodeTelemetry
+from rackplane.exporters._clean import device_id, label
+from rackplane.models import ID_RULE, GpuSample, NodeTelemetry, printable
 
 _INT = int
 FIELDS: dict[str, tuple[str, Any]] = {
@@ -100,9 +104,9 @@ def convert(text: str, *, cluster: str, at: datetime, node: str | None = None) -
                 out.problems.append(f"{s.name} of {host} GPU {index}: {value} is not a reading")
                 continue
             g = gpus[(host, index)]
-            g.setdefault("uuid", labels.get("UUID") or labels.get("uuid"))
-            g.setdefault("model", labels.get("modelName"))
-            g.setdefault("pci_bus_id", labels.get("pci_bus_id"))
+            g.setdefault("uuid", device_id(labels.get("UUID") or labels.get("uuid")))
+            g.setdefault("model", label(labels.get("modelName")))
+            g.setdefault("pci_bus_id", device_id(labels.get("pci_bus_id")))
             if name in NVLINK_ERRORS:
                 g["nvlink_errors"] = g.get("nvlink_errors", 0) + int(value)
             else:
@@ -111,6 +115,12 @@ def convert(text: str, *, cluster: str, at: datetime, node: str | None = None) -
     out.skipped = dict(skipped)
     by_node: dict[str, list[GpuSample]] = defaultdict(list)
     for (host, index), readings in sorted(gpus.items()):
+        culprit = ID_RULE.culprit(host)
+        if culprit is not None:
+            out.problems.append(
+                f"host {printable(host, 80)!r} of GPU {index} is not a node id ({culprit})"
+            )
+            continue
         try:
             by_node[host].append(GpuSample(index=index, **readings))
         except ValidationError as err:

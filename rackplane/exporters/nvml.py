@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from rackplane.exporters._clean import device_id, label
 from rackplane.models import GpuSample, NodeTelemetry
 
 T = TypeVar("T")
@@ -101,7 +102,7 @@ class NvmlSampler:
             return GpuSample(index=index, xids=events, **self._readings(h))
         except GpuLost:
             return GpuSample(
-                index=index, uuid=_text(self._safe(self.nvml.nvmlDeviceGetUUID, h)),
+                index=index, uuid=device_id(self._safe(self.nvml.nvmlDeviceGetUUID, h)),
                 fallen_off_bus=True, xids=events,
             )  # fmt: skip
 
@@ -134,9 +135,9 @@ class NvmlSampler:
         pending = r(n.nvmlDeviceGetRetiredPagesPendingStatus, h)
         up, down, errors = self._nvlink(h)
         return {
-            "uuid": _text(r(n.nvmlDeviceGetUUID, h)),
-            "model": _text(r(n.nvmlDeviceGetName, h)),
-            "pci_bus_id": _text(getattr(pci, "busId", None)) if pci is not None else None,
+            "uuid": device_id(r(n.nvmlDeviceGetUUID, h)),
+            "model": label(r(n.nvmlDeviceGetName, h)),
+            "pci_bus_id": device_id(getattr(pci, "busId", None)) if pci is not None else None,
             "temperature_c": _num(r(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)),
             "power_w": None if power is None else power / 1000,
             "power_limit_w": None if limit is None else limit / 1000,
@@ -182,12 +183,6 @@ class NvmlSampler:
         if up == down == 0:
             return None, None, None
         return up, down, errors
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _num(value: Any) -> float | None:

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from typing import Any
 
+from rackplane.exporters._clean import device_id, label
 from rackplane.models import GpuSample, NodeTelemetry
 
 # nvidia-smi's clock-event reason names -> NVML bits.
@@ -79,9 +80,9 @@ def _xml_gpu(index: int, g: ET.Element) -> GpuSample:
             reasons = (reasons or 0) | (bit if state else 0)
     vol, agg = "ecc_errors/volatile/", "ecc_errors/aggregate/"
     readings: dict[str, Any] = {
-        "uuid": f("uuid"),
-        "model": f("product_name"),
-        "pci_bus_id": f("pci/pci_bus_id"),
+        "uuid": device_id(f("uuid")),
+        "model": label(f("product_name")),
+        "pci_bus_id": device_id(f("pci/pci_bus_id")),
         "temperature_c": _number(f("temperature/gpu_temp")),
         "memory_temperature_c": _number(f("temperature/memory_temp")),
         "power_w": _number(f("gpu_power_readings/instant_power_draw"))
@@ -145,8 +146,8 @@ def from_csv(text: str, *, cluster: str, node: str) -> list[NodeTelemetry]:
             if reasons and reasons.startswith("0x"):
                 readings["clock_event_reasons"] = int(reasons, 16)
             gpu = GpuSample(
-                index=0, uuid=row.get("uuid"), model=row.get("name"),
-                pci_bus_id=row.get("pci.bus_id"), **readings,
+                index=0, uuid=device_id(row.get("uuid")), model=label(row.get("name")),
+                pci_bus_id=device_id(row.get("pci.bus_id")), **readings,
             )  # fmt: skip
         except (KeyError, ValueError) as err:
             raise ValueError(f"line {line}: {err}") from err

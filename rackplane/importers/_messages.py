@@ -17,14 +17,9 @@ from typing import Any
 from pydantic import BaseModel, RootModel
 from pydantic_core import ErrorDetails
 
-from rackplane.models._ids import _ID_PATTERN
+from rackplane.models._text import rule_of
 
 _MAX_GOT = 60
-
-_ID_WORDS = (
-    "expected an id (letters, digits and . _ : / @ + -, starting with a letter or digit, "
-    "at most 128 characters)"
-)
 
 _PLAIN: dict[str, str] = {
     "int_type": "expected an integer",
@@ -74,10 +69,13 @@ def describe(
     if kind in _BOUNDS:
         key, sign = _BOUNDS[kind]
         return f"expected a number {sign} {ctx.get(key)}", render_value(value)
+    rule = rule_of(error)
+    if rule is not None:  # an id's or a text's: say which character is wrong, and where
+        culprit = rule.culprit(value) if isinstance(value, str) else None
+        got = render_value(value)
+        return rule.wanted, got if culprit is None else f"{got}, which {culprit}"
     if kind == "string_pattern_mismatch":
-        pattern = ctx.get("pattern")
-        wanted = _ID_WORDS if pattern == _ID_PATTERN else f"expected text matching {pattern}"
-        return wanted, render_value(value)
+        return f"expected text matching {ctx.get('pattern')}", render_value(value)
     if kind in ("too_short", "string_too_short"):
         n = ctx.get("min_length", 1)
         noun = "character" if kind == "string_too_short" else "item"

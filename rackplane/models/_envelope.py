@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from rackplane.models._ids import Actor, ClusterId, CommandId, EventId
+from rackplane.models._ids import Actor, ClusterId, CommandId, CompoundId, EventId
 
 SCHEMA_VERSION = 1
 
@@ -21,8 +21,8 @@ class CommandEnvelope(BaseModel):
     cluster: ClusterId
     actor: Actor
     issued_at: AwareDatetime | None = None
-    causation_id: str | None = None
-    correlation_id: str | None = None
+    causation_id: CompoundId | None = None
+    correlation_id: CompoundId | None = None
 
 
 class CommandPosition(NamedTuple):
@@ -55,7 +55,7 @@ class EventEnvelope(BaseModel):
     seq: int = Field(ge=1)
     at: AwareDatetime
     actor: Actor
-    causation_id: str | None = None
-    correlation_id: str | None = None
+    causation_id: CompoundId | None = None
+    correlation_id: CompoundId | None = None
     command_partition: int | None = Field(default=None, ge=0)
     command_offset: int | None = Field(default=None, ge=0)

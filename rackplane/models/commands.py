@@ -12,10 +12,12 @@ from pydantic import Field, TypeAdapter
 
 from rackplane.models._envelope import CommandEnvelope
 from rackplane.models._ids import JobId, NodeId, RackId
-from rackplane.models.jobs import JobSpec
+from rackplane.models._text import Reason
+from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.settings import PolicySettings
 from rackplane.models.topology import Topology
 from rackplane.models.values import (
+    MAX_ALTERNATIVES,
     BlockReason,
     DefragAlternative,
     Health,
@@ -23,8 +25,6 @@ from rackplane.models.values import (
     RackHealth,
     SliceAssignment,
 )
-
-_Reason = Annotated[str, Field(max_length=2_000)]
 
 
 class RegisterTopology(CommandEnvelope):
@@ -40,7 +40,7 @@ class ConfigurePolicy(CommandEnvelope):
 
     type: Literal["ConfigurePolicy"] = "ConfigurePolicy"
     settings: PolicySettings
-    reason: _Reason = ""
+    reason: Reason = ""
     """Why; required when the change allows interactive preemption."""
 
 
@@ -56,7 +56,7 @@ class CancelJob(CommandEnvelope):
 
     type: Literal["CancelJob"] = "CancelJob"
     job: JobId
-    reason: _Reason = ""
+    reason: Reason = ""
 
 
 class StartJob(CommandEnvelope):
@@ -78,7 +78,7 @@ class FailJob(CommandEnvelope):
 
     type: Literal["FailJob"] = "FailJob"
     job: JobId
-    reason: _Reason = ""
+    reason: Reason = ""
 
 
 class CordonNode(CommandEnvelope):
@@ -86,7 +86,7 @@ class CordonNode(CommandEnvelope):
 
     type: Literal["CordonNode"] = "CordonNode"
     node: NodeId
-    reason: _Reason = ""
+    reason: Reason = ""
 
 
 class UncordonNode(CommandEnvelope):
@@ -102,7 +102,7 @@ class ReportNodeHealth(CommandEnvelope):
     type: Literal["ReportNodeHealth"] = "ReportNodeHealth"
     node: NodeId
     health: Health
-    cause: _Reason = ""
+    cause: Reason = ""
 
 
 class RepairNode(CommandEnvelope):
@@ -110,7 +110,7 @@ class RepairNode(CommandEnvelope):
 
     type: Literal["RepairNode"] = "RepairNode"
     node: NodeId
-    note: _Reason = ""
+    note: Reason = ""
 
 
 class ReportRackHealth(CommandEnvelope):
@@ -119,7 +119,7 @@ class ReportRackHealth(CommandEnvelope):
     type: Literal["ReportRackHealth"] = "ReportRackHealth"
     rack: RackId
     health: RackHealth
-    cause: _Reason = ""
+    cause: Reason = ""
 
 
 class PlaceJob(CommandEnvelope):
@@ -127,10 +127,10 @@ class PlaceJob(CommandEnvelope):
 
     type: Literal["PlaceJob"] = "PlaceJob"
     job: JobId
-    slices: tuple[SliceAssignment, ...] = Field(min_length=1)
+    slices: tuple[SliceAssignment, ...] = Field(min_length=1, max_length=MAX_JOB_NODES)
     borrowing: bool = False
     """The placement dips into racks' spare pools (short preemptible work, `borrow_spares`)."""
-    explanation: _Reason = ""
+    explanation: Reason = ""
 
 
 class BlockJob(CommandEnvelope):
@@ -143,7 +143,7 @@ class BlockJob(CommandEnvelope):
     """Nodes placement could use now, cluster-wide (spares excluded)."""
     placeable_slices: int = Field(ge=0)
     """Slices of this job that would fit in racks now."""
-    explanation: _Reason = ""
+    explanation: Reason = ""
 
 
 class SwapNode(CommandEnvelope):
@@ -154,7 +154,7 @@ class SwapNode(CommandEnvelope):
     slice: int = Field(ge=0)
     old_node: NodeId
     new_node: NodeId
-    explanation: _Reason = ""
+    explanation: Reason = ""
 
 
 class MigrateSlice(CommandEnvelope):
@@ -163,8 +163,8 @@ class MigrateSlice(CommandEnvelope):
     type: Literal["MigrateSlice"] = "MigrateSlice"
     job: JobId
     slice: int = Field(ge=0)
-    nodes: tuple[NodeId, ...] = Field(min_length=1)
-    explanation: _Reason = ""
+    nodes: tuple[NodeId, ...] = Field(min_length=1, max_length=MAX_SLICE_NODES)
+    explanation: Reason = ""
 
 
 class DegradeSlice(CommandEnvelope):
@@ -173,8 +173,8 @@ class DegradeSlice(CommandEnvelope):
     type: Literal["DegradeSlice"] = "DegradeSlice"
     job: JobId
     slice: int = Field(ge=0)
-    remove: tuple[NodeId, ...] = Field(min_length=1)
-    explanation: _Reason = ""
+    remove: tuple[NodeId, ...] = Field(min_length=1, max_length=MAX_SLICE_NODES)
+    explanation: Reason = ""
 
 
 class PreemptJobs(CommandEnvelope):
@@ -183,10 +183,10 @@ class PreemptJobs(CommandEnvelope):
     type: Literal["PreemptJobs"] = "PreemptJobs"
     jobs: tuple[JobId, ...] = Field(min_length=1)
     cause: PreemptionCause = "operator"
-    reason: _Reason = ""
+    reason: Reason = ""
     allow_interactive: bool = False
     """Set only on an operator's explicit say-so; `actor` records who."""
-    explanation: _Reason = ""
+    explanation: Reason = ""
 
 
 class PlanDefrag(CommandEnvelope):
@@ -197,8 +197,8 @@ class PlanDefrag(CommandEnvelope):
     target_racks: tuple[RackId, ...] = Field(min_length=1)
     victims: tuple[JobId, ...] = ()
     cost_gpu_hours: float = Field(ge=0)
-    alternatives: tuple[DefragAlternative, ...] = ()
-    explanation: _Reason = ""
+    alternatives: tuple[DefragAlternative, ...] = Field(default=(), max_length=MAX_ALTERNATIVES)
+    explanation: Reason = ""
 
 
 Command = Annotated[

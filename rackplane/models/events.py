@@ -10,19 +10,19 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter
 
 from rackplane.models._envelope import EventEnvelope
-from rackplane.models._ids import JobId, NodeId, RackId
-from rackplane.models.jobs import JobSpec
+from rackplane.models._ids import Actor, CommandId, CommandType, JobId, NodeId, RackId
+from rackplane.models._text import Note
+from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.settings import PolicySettings
 from rackplane.models.topology import Topology
 from rackplane.models.values import (
+    MAX_ALTERNATIVES,
     BlockReason,
     DefragAlternative,
     PlacedSlice,
     PreemptionCause,
     RejectionCode,
 )
-
-_Text = Annotated[str, Field(max_length=4_000)]
 
 
 class TopologyRegistered(EventEnvelope):
@@ -38,7 +38,7 @@ class PolicyConfigured(EventEnvelope):
 
     type: Literal["PolicyConfigured"] = "PolicyConfigured"
     settings: PolicySettings
-    reason: _Text = ""
+    reason: Note = ""
 
 
 class JobSubmitted(EventEnvelope):
@@ -55,10 +55,10 @@ class JobBlocked(EventEnvelope):
     job: JobId
     reason: BlockReason
     requested_nodes: int
-    slice_sizes: tuple[int, ...]
+    slice_sizes: tuple[int, ...] = Field(max_length=MAX_JOB_NODES)
     allocatable_nodes: int
     placeable_slices: int
-    explanation: _Text = ""
+    explanation: Note = ""
 
 
 class JobPlaced(EventEnvelope):
@@ -66,9 +66,9 @@ class JobPlaced(EventEnvelope):
 
     type: Literal["JobPlaced"] = "JobPlaced"
     job: JobId
-    slices: tuple[PlacedSlice, ...]
+    slices: tuple[PlacedSlice, ...] = Field(max_length=MAX_JOB_NODES)
     borrowing: bool = False
-    explanation: _Text = ""
+    explanation: Note = ""
 
 
 class JobStarted(EventEnvelope):
@@ -83,7 +83,7 @@ class JobCompleted(EventEnvelope):
 
     type: Literal["JobCompleted"] = "JobCompleted"
     job: JobId
-    released: tuple[NodeId, ...] = ()
+    released: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
 
 
 class JobFailed(EventEnvelope):
@@ -91,8 +91,8 @@ class JobFailed(EventEnvelope):
 
     type: Literal["JobFailed"] = "JobFailed"
     job: JobId
-    reason: _Text = ""
-    released: tuple[NodeId, ...] = ()
+    reason: Note = ""
+    released: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
 
 
 class JobCancelled(EventEnvelope):
@@ -100,8 +100,8 @@ class JobCancelled(EventEnvelope):
 
     type: Literal["JobCancelled"] = "JobCancelled"
     job: JobId
-    reason: _Text = ""
-    released: tuple[NodeId, ...] = ()
+    reason: Note = ""
+    released: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
 
 
 class JobPreempted(EventEnvelope):
@@ -110,15 +110,15 @@ class JobPreempted(EventEnvelope):
     type: Literal["JobPreempted"] = "JobPreempted"
     job: JobId
     cause: PreemptionCause = "operator"
-    reason: _Text = ""
-    released: tuple[NodeId, ...] = ()
+    reason: Note = ""
+    released: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
     lost_gpu_hours: float = Field(ge=0)
     """GPU-hours since its last checkpoint plus the restart overhead."""
-    interactive_allowed_by: str | None = None
+    interactive_allowed_by: Actor | None = None
     """Who consented to preempting interactive work (set only for an interactive victim)."""
-    interactive_allowed_reason: _Text = ""
+    interactive_allowed_reason: Note = ""
     """Why they consented: the reason of their policy change or of their preemption."""
-    explanation: _Text = ""
+    explanation: Note = ""
 
 
 class NodeCordoned(EventEnvelope):
@@ -126,7 +126,7 @@ class NodeCordoned(EventEnvelope):
 
     type: Literal["NodeCordoned"] = "NodeCordoned"
     node: NodeId
-    reason: _Text = ""
+    reason: Note = ""
 
 
 class NodeUncordoned(EventEnvelope):
@@ -142,7 +142,7 @@ class NodeFailed(EventEnvelope):
     type: Literal["NodeFailed"] = "NodeFailed"
     node: NodeId
     rack: RackId
-    cause: _Text = ""
+    cause: Note = ""
     job: JobId | None = None
     slice: int | None = None
 
@@ -153,7 +153,7 @@ class NodeDegraded(EventEnvelope):
     type: Literal["NodeDegraded"] = "NodeDegraded"
     node: NodeId
     rack: RackId
-    cause: _Text = ""
+    cause: Note = ""
     job: JobId | None = None
     slice: int | None = None
 
@@ -164,7 +164,7 @@ class NodeRecovered(EventEnvelope):
     type: Literal["NodeRecovered"] = "NodeRecovered"
     node: NodeId
     rack: RackId
-    cause: _Text = ""
+    cause: Note = ""
 
 
 class NodeRepaired(EventEnvelope):
@@ -173,7 +173,7 @@ class NodeRepaired(EventEnvelope):
     type: Literal["NodeRepaired"] = "NodeRepaired"
     node: NodeId
     rack: RackId
-    note: _Text = ""
+    note: Note = ""
 
 
 class RackFailed(EventEnvelope):
@@ -181,7 +181,7 @@ class RackFailed(EventEnvelope):
 
     type: Literal["RackFailed"] = "RackFailed"
     rack: RackId
-    cause: _Text = ""
+    cause: Note = ""
     jobs: tuple[JobId, ...] = ()
     """Jobs with a slice in the rack when it failed."""
 
@@ -191,7 +191,7 @@ class RackRecovered(EventEnvelope):
 
     type: Literal["RackRecovered"] = "RackRecovered"
     rack: RackId
-    cause: _Text = ""
+    cause: Note = ""
 
 
 class NodeSwapped(EventEnvelope):
@@ -205,7 +205,7 @@ class NodeSwapped(EventEnvelope):
     new_node: NodeId
     spares_left: int
     """Healthy free nodes left in the rack after the swap."""
-    explanation: _Text = ""
+    explanation: Note = ""
 
 
 class SliceMigrated(EventEnvelope):
@@ -214,12 +214,12 @@ class SliceMigrated(EventEnvelope):
     type: Literal["SliceMigrated"] = "SliceMigrated"
     job: JobId
     slice: int
-    from_racks: tuple[RackId, ...]
+    from_racks: tuple[RackId, ...] = Field(max_length=MAX_SLICE_NODES)
     to_rack: RackId | None
-    old_nodes: tuple[NodeId, ...]
-    new_nodes: tuple[NodeId, ...]
+    old_nodes: tuple[NodeId, ...] = Field(max_length=MAX_SLICE_NODES)
+    new_nodes: tuple[NodeId, ...] = Field(max_length=MAX_SLICE_NODES)
     lost_gpu_hours: float = Field(ge=0)
-    explanation: _Text = ""
+    explanation: Note = ""
 
 
 class SliceDegraded(EventEnvelope):
@@ -228,13 +228,13 @@ class SliceDegraded(EventEnvelope):
     type: Literal["SliceDegraded"] = "SliceDegraded"
     job: JobId
     slice: int
-    removed: tuple[NodeId, ...]
+    removed: tuple[NodeId, ...] = Field(max_length=MAX_SLICE_NODES)
     nodes_before: int
     nodes_after: int
     gpus_before: int
     gpus_after: int
     power_boost: bool
-    explanation: _Text = ""
+    explanation: Note = ""
 
 
 class DefragPlanned(EventEnvelope):
@@ -246,18 +246,18 @@ class DefragPlanned(EventEnvelope):
     target_racks: tuple[RackId, ...]
     victims: tuple[JobId, ...]
     cost_gpu_hours: float = Field(ge=0)
-    alternatives: tuple[DefragAlternative, ...] = ()
-    explanation: _Text = ""
+    alternatives: tuple[DefragAlternative, ...] = Field(default=(), max_length=MAX_ALTERNATIVES)
+    explanation: Note = ""
 
 
 class CommandRejected(EventEnvelope):
     """A command could not be applied to the state it met; nothing else changed."""
 
     type: Literal["CommandRejected"] = "CommandRejected"
-    command_id: str
-    command_type: str
+    command_id: CommandId
+    command_type: CommandType
     code: RejectionCode
-    reason: _Text
+    reason: Note
 
 
 class CommandIgnored(EventEnvelope):
@@ -267,9 +267,9 @@ class CommandIgnored(EventEnvelope):
     """
 
     type: Literal["CommandIgnored"] = "CommandIgnored"
-    command_id: str
-    command_type: str
-    reason: _Text
+    command_id: CommandId
+    command_type: CommandType
+    reason: Note
 
 
 Event = Annotated[

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
-from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rackplane.models._ids import Actor, JobId
+from rackplane.models._text import Label
 
 DEFAULT_SLICE_SIZE = 16
+MAX_SLICE_NODES = 1_024
+"""The largest slice: what a message listing one slice's nodes or racks can hold."""
+MAX_JOB_NODES = 100_000
+"""The largest job: what a message listing a job's slices or nodes can hold."""
 
 
 class JobKind(StrEnum):
@@ -34,10 +38,10 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: JobId
-    name: Annotated[str, StringConstraints(max_length=200)] = ""
+    name: Label = ""
     owner: Actor = "unknown"
-    nodes: int = Field(ge=1, le=100_000)
-    slice_size: int | None = Field(default=None, ge=1, le=1_024)
+    nodes: int = Field(ge=1, le=MAX_JOB_NODES)
+    slice_size: int | None = Field(default=None, ge=1, le=MAX_SLICE_NODES)
     """Nodes per slice; None takes the cluster's default (16 unless configured). The spec in
     a `JobSubmitted` event always has it resolved."""
     kind: JobKind = JobKind.MANAGED

@@ -7,7 +7,7 @@ from datetime import timedelta
 from pydantic import BaseModel, ConfigDict, Field
 
 from rackplane.models._ids import Actor
-from rackplane.models.jobs import DEFAULT_SLICE_SIZE
+from rackplane.models.jobs import DEFAULT_SLICE_SIZE, MAX_SLICE_NODES
 from rackplane.models.values import XidAction
 
 
@@ -16,7 +16,7 @@ class PolicySettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    slice_size: int = Field(default=DEFAULT_SLICE_SIZE, ge=1, le=1_024)
+    slice_size: int = Field(default=DEFAULT_SLICE_SIZE, ge=1, le=MAX_SLICE_NODES)
     """Default nodes per slice for jobs that do not say."""
     spares_per_rack: int = Field(default=2, ge=0, le=1_024)
     """Healthy free nodes each rack keeps for hot swaps; placement never uses them."""

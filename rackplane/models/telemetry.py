@@ -10,7 +10,8 @@ from typing import Annotated
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
 
 from rackplane.models._envelope import SCHEMA_VERSION
-from rackplane.models._ids import ClusterId, NodeId
+from rackplane.models._ids import ClusterId, DeviceId, NodeId
+from rackplane.models._text import Label
 
 
 class GpuSample(BaseModel):
@@ -19,7 +20,7 @@ class GpuSample(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int = Field(ge=0, le=63)
-    uuid: str | None = None
+    uuid: DeviceId | None = None
     temperature_c: float | None = None
     power_w: float | None = None
     xid: int | None = Field(default=None, ge=0)
@@ -31,8 +32,8 @@ class GpuSample(BaseModel):
     fallen_off_bus: bool = False
     """The GPU no longer answers on PCIe (XID 79 or an NVML `GPU_IS_LOST`)."""
     # Added by the exporters (all optional; None = unsupported or not read, never 0).
-    model: str | None = Field(default=None, max_length=200)
-    pci_bus_id: str | None = Field(default=None, max_length=64)
+    model: Label | None = None
+    pci_bus_id: DeviceId | None = None
     power_limit_w: float | None = None
     memory_temperature_c: float | None = None
     sm_clock_mhz: float | None = None

@@ -7,7 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rackplane.models._ids import NodeId, RackId
+from rackplane.models._ids import JobId, NodeId, RackId
+from rackplane.models._text import Reason
+from rackplane.models.jobs import MAX_SLICE_NODES
+
+MAX_ALTERNATIVES = 16
+"""Defrag alternatives a plan records (the search keeps a few: `ALTERNATIVES_KEPT`)."""
 
 
 class Health(StrEnum):
@@ -102,9 +107,9 @@ class DefragAlternative(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     target_racks: tuple[RackId, ...]
-    victims: tuple[str, ...]
+    victims: tuple[JobId, ...]
     cost_gpu_hours: float = Field(ge=0)
-    why_not: str = ""
+    why_not: Reason = ""
 
 
 class SliceAssignment(BaseModel):
@@ -112,7 +117,7 @@ class SliceAssignment(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    nodes: tuple[NodeId, ...] = Field(min_length=1)
+    nodes: tuple[NodeId, ...] = Field(min_length=1, max_length=MAX_SLICE_NODES)
 
 
 class PlacedSlice(BaseModel):
@@ -121,8 +126,8 @@ class PlacedSlice(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int = Field(ge=0)
-    nodes: tuple[NodeId, ...] = Field(min_length=1)
-    racks: tuple[RackId, ...] = Field(min_length=1)
+    nodes: tuple[NodeId, ...] = Field(min_length=1, max_length=MAX_SLICE_NODES)
+    racks: tuple[RackId, ...] = Field(min_length=1, max_length=MAX_SLICE_NODES)
 
     @property
     def rack_local(self) -> bool:

@@ -12,10 +12,10 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from rackplane.models import REJECTIONS, Rejection
+from rackplane.models._text import LABEL_MAX, NOTE_MAX, describe_error, printable
+from rackplane.models.rejection import RAW_KEPT
 
 log = logging.getLogger("rackplane.rejected")
-
-RAW_KEPT = 64 * 1024
 
 
 class Sender(Protocol):
@@ -27,10 +27,7 @@ class Sender(Protocol):
 def reason_of(err: Exception) -> str:
     """A short, readable reason: the first pydantic error with its location, or the message."""
     if isinstance(err, ValidationError):
-        first = err.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "message"
-        more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        return f"{where}: {first.get('msg', 'invalid')}{more}"
+        return describe_error(err)
     return f"{type(err).__name__}: {err}"
 
 
@@ -44,19 +41,32 @@ def rejection(
     offset: int | None,
     key: bytes | None,
 ) -> Rejection:
-    """The record for one rejected message."""
+    """The record for one rejected message. Never raises, whatever the key and reason hold.
+
+    Every text field is made valid (`printable`: refused characters escaped as \\uXXXX, cut
+    to the field's limit with a marker); when that changed the key, its bytes go along in
+    `key_base64`, as the value's always do in `raw_base64`.
+    """
     value = raw or b""
+    shown: str | None = None
+    key_base64: str | None = None
+    if key is not None:
+        decoded = key.decode("utf-8", "replace")
+        shown = printable(decoded, LABEL_MAX)
+        if shown.encode() != key:
+            key_base64 = base64.b64encode(key[:RAW_KEPT]).decode()
     return Rejection(
-        source_topic=topic,
+        source_topic=printable(topic, LABEL_MAX),
         partition=partition,
         offset=offset,
-        key=key.decode("utf-8", "replace") if key is not None else None,
-        reason=reason,
-        agent=agent,
+        key=shown,
+        reason=printable(reason, NOTE_MAX),
+        agent=printable(agent, LABEL_MAX),
         at=datetime.now(UTC),
         size=len(value),
         raw_base64=base64.b64encode(value[:RAW_KEPT]).decode(),
         truncated=len(value) > RAW_KEPT,
+        key_base64=key_base64,
     )
 
 

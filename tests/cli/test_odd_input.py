@@ -1,0 +1,162 @@
+"""Odd characters typed at the command line, or in a file, get one line and no traceback.
+
+None of these commands reaches a broker: the input is refused before anything is sent (the
+broker below is a port nothing listens on).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rackplane.cli import app
+from rackplane.history import DuckDBAuditSink
+from rackplane.importers import TopologyFileError, load_cluster_file, parse_k8s_nodes
+from rackplane.models import CordonNode, Rack, RegisterTopology, Topology
+from rackplane.policies import decide
+from rackplane.projections import evolve, initial_state
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+NOWHERE = ["--broker", "kafka://127.0.0.1:9", "--timeout", "0.1"]
+runner = CliRunner()
+
+
+def one_error_line(result: object) -> str:
+    stderr: str = result.stderr  # type: ignore[attr-defined]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert result.exit_code == 2  # type: ignore[attr-defined]
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        pytest.param(
+            ["cordon", "--node", "n 1", "--cluster", "c1"],
+            "node: contains a space (U+0020) at position 1 (expected an id:",
+            id="a node id with a space",
+        ),
+        pytest.param(
+            ["cancel", "--job", "j1", "--cluster", "c1", "--reason", "oops\x1b[2J"],
+            "reason: contains a control character (U+001B) at position 4",
+            id="a reason with an escape sequence",
+        ),
+        pytest.param(
+            ["cancel", "--job", "j1", "--cluster", "c1", "--reason", "r" * 2_001],
+            "reason: has 2,001 characters; at most 2,000 are allowed",
+            id="a reason one character too long",
+        ),
+        pytest.param(
+            ["cancel", "--job", "j1", "--cluster", "c1", "--actor", "operator:\u202eecila"],
+            "actor: contains a bidi control character (U+202E) at position 9",
+            id="a spoofed actor",
+        ),
+        pytest.param(
+            ["submit", "--job", "j1", "--nodes", "2", "--cluster", "c1", "--name", "a\u200db"],
+            "name: contains a zero-width character (U+200D) at position 1",
+            id="a job name with a zero-width joiner",
+        ),
+        pytest.param(
+            ["health", "--node", "n1", "--state", "failed", "--cluster", "c\x00"],
+            "cluster: contains a NUL character (U+0000) at position 1",
+            id="a cluster id with a NUL",
+        ),
+    ],
+)
+def test_odd_input_is_refused_in_one_line_before_anything_is_sent(
+    args: list[str], want: str
+) -> None:
+    line = one_error_line(runner.invoke(app, [*args, *NOWHERE]))
+    assert want in line
+
+
+@pytest.mark.parametrize("user", ["jörg", "ali ce", "\u202eroot"])
+def test_a_user_name_that_cannot_make_an_actor_asks_for_one(user: str) -> None:
+    env: dict[str, str | None] = {"RACKPLANE_ACTOR": None, "RACKPLANE_CONFIG": None}
+    env |= dict.fromkeys(("LOGNAME", "USER", "LNAME", "USERNAME"), user)  # getpass's order
+    result = runner.invoke(app, ["uncordon", "--node", "n1", "--cluster", "c1", *NOWHERE], env=env)
+    line = one_error_line(result)
+    assert "cannot make an actor" in line
+    assert "pass --actor or set RACKPLANE_ACTOR" in line
+    assert "\u202e" not in line  # named, never printed
+
+
+def test_an_actor_in_the_environment_outside_the_alphabet_names_the_variable() -> None:
+    env = {"RACKPLANE_ACTOR": "operator:\u202eecila"}
+    result = runner.invoke(app, ["uncordon", "--node", "n1", "--cluster", "c1", *NOWHERE], env=env)
+    line = one_error_line(result)
+    assert "actor: contains a bidi control character (U+202E) at position 9" in line
+    assert "RACKPLANE_ACTOR" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        pytest.param(["--node", "gb 01"], "--node: contains a space (U+0020)", id="a bad node"),
+        pytest.param(["--cluster", "c/\u2066"], "--cluster: contains a bidi", id="a bad cluster"),
+    ],
+)
+def test_the_dcgm_exporter_refuses_an_odd_node_or_cluster_option(
+    args: list[str], want: str
+) -> None:
+    sample = FIXTURES / "dcgm" / "dcgm_exporter_sample.prom"
+    result = runner.invoke(app, ["exporter", "dcgm", "--file", str(sample), "--once", *args])
+    assert want in one_error_line(result)
+
+
+def test_a_cluster_file_naming_a_spoofed_admin_is_refused_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        'cluster: c1\nracks:\n  - {id: r1, nodes: "n[1-4]"}\n'
+        'policy:\n  admins: ["operator:alice", "operator:\\u202eecila"]\n'
+    )
+    with pytest.raises(TopologyFileError) as caught:
+        load_cluster_file(path)
+    assert str(caught.value) == (
+        f"{path}:5: policy.admins[1]: expected an actor: ASCII letters, digits and . _ : / @ + -,"
+        " starting with a letter or digit, at most 128 characters (got 'operator:\\u202eecila',"
+        " which contains a bidi control character (U+202E) at position 9)"
+    )
+    result = runner.invoke(app, ["topology", "show", str(path)])
+    assert "policy.admins[1]" in one_error_line(result)
+
+
+def test_a_kubernetes_node_name_with_a_bidi_control_is_refused_in_words() -> None:
+    doc = json.loads((FIXTURES / "k8s" / "nodes.json").read_text())
+    for node in doc["items"]:
+        if node["metadata"]["name"] == "gb-a01":
+            node["metadata"]["name"] = "gb-a01\u202e"
+    with pytest.raises(
+        TopologyFileError, match=r"bidi control character \(U\+202E\) at position 6"
+    ):
+        parse_k8s_nodes(json.dumps(doc), source="nodes.json")
+
+
+def test_a_reason_that_looks_like_markup_is_printed_as_it_is(tmp_path: Path) -> None:
+    """Free text may hold `[`: the history timeline prints it, it does not interpret it (an
+    unbalanced `[/]` used to be a rich MarkupError, a traceback)."""
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    topology = Topology(cluster="c1", racks=(Rack(id="r1", nodes=("n1", "n2")),))
+    commands = [
+        RegisterTopology(id="cli-1", cluster="c1", actor="operator:alice", topology=topology),
+        CordonNode(
+            id="cli-2", cluster="c1", actor="operator:alice", node="n1", reason="[/] [red]x"
+        ),
+    ]
+    state, events = initial_state("c1"), []
+    for command in commands:
+        for event in decide(state, command, now=now):
+            state = evolve(state, event)
+            events.append(event)
+    db = tmp_path / "history.duckdb"
+    with DuckDBAuditSink(db) as sink:
+        sink.record_events(events)
+    result = runner.invoke(app, ["history", "node", "n1", "--db", str(db)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "[/] [red]x" in result.stdout
