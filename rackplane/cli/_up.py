@@ -87,7 +87,7 @@ def up(
         say(f"[green]worker ready[/] (views and /metrics on http://127.0.0.1:{worker.web_port})")
         settings = LoadSettings(seed=seed, jobs_per_minute=jobs_per_minute)
         summary = asyncio.run(
-            _drive(config, cf.topology, cf.policy, settings, duration, headless, actor)
+            _drive(config, cf.topology, cf.policy, settings, duration, headless, actor, worker)
         )
         summary["broker"] = broker
         if db is not None:
@@ -104,6 +104,22 @@ def up(
     errors.print(f"stopped; logs in {workdir}")
 
 
+async def _supervise(worker: Any, stop: asyncio.Event) -> None:
+    """Restart the worker when it exits, as Kubernetes would: a worker stops itself (non-zero)
+    when a loop cannot go on, and a restarted one rebuilds from the log."""
+    while not stop.is_set():
+        await asyncio.sleep(1.0)
+        code = worker.process.poll() if worker.process is not None else None
+        if code is None or stop.is_set():
+            continue
+        errors.print(f"[yellow]worker exited ({code}); restarting[/] (log: {worker.log_path})")
+        worker.process = None
+        try:
+            await asyncio.to_thread(worker.start)
+        except Exception as err:  # said, and tried again a second later
+            errors.print(f"[red]worker did not come back:[/] {type(err).__name__}: {err}")
+
+
 async def _drive(
     config: Any,
     topology: Any,
@@ -112,11 +128,14 @@ async def _drive(
     duration: float | None,
     headless: bool,
     actor: str | None = None,
+    worker: Any = None,
 ) -> dict[str, Any]:
     from rackplane.streams.demo_load import DemoLoad
 
     load = DemoLoad(config, topology, policy, settings)
     stop = asyncio.Event()
+    if worker is not None:
+        asyncio.get_running_loop().create_task(_supervise(worker, stop))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

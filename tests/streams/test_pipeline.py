@@ -203,6 +203,9 @@ async def test_the_worker_serves_occupancy_jobs_and_prometheus_metrics(pipeline:
     assert f'rackplane_nodes{{cluster="{c}",role="allocated"}} 4.0' in metrics
     controller = json.loads(await asyncio.to_thread(get, f"/clusters/{c}/controller/"))
     assert controller["seq"] >= 3
+    assert controller["broken"] is None
+    assert json.loads(await asyncio.to_thread(get, "/health")) == {"ok": True, "problems": []}
+    assert json.loads(await asyncio.to_thread(get, "/ready")) == {"ready": True, "problems": []}
 
 
 async def test_the_audit_sink_records_commands_events_and_rejections_in_order(
