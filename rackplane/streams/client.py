@@ -90,7 +90,10 @@ class Client:
         await consumer.start()
         try:
             async for record in consumer:
-                yield REJECTIONS.validate_json(record.value or b"")
+                try:
+                    yield REJECTIONS.validate_json(record.value or b"")
+                except ValidationError:
+                    continue  # garbage written to the rejected topic itself: not a rejection
         finally:
             await consumer.stop()
 
