@@ -13,7 +13,8 @@ commands per size and give the codec the same kind of data.)
 Measured:
 - `encode_ms`, `decode_ms`: `encode_state` / `decode_state`, best of 3 (the machine is shared);
 - `bytes`: the snapshot's size; `chunks`: records it takes at `max_message_bytes`;
-- `save_ms`: `SnapshotStore.save` of a checkpoint holding that snapshot (encode included);
+- `save_ms`: `SnapshotStore.save` of a checkpoint holding that snapshot, by a fresh store
+  (it first finds the partition's newest checkpoint; the encode is included);
 - `load_ms`: `SnapshotStore.load` of it by a fresh store (marker, search for the newest
   checkpoint, chunks read by offset, digests checked, decode).
 
@@ -22,12 +23,18 @@ Run on its own: `python -m bench.snapshots` (`--quick`, `--broker URL`, `--json 
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import hashlib
+import json
 import random
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from immutables import Map
@@ -144,3 +151,86 @@ def codec_row(racks: int, progress: Progress) -> tuple[dict[str, Any], ClusterSt
         "decode_ms": best_ms(lambda: decode_state(data)),
     }
     return row, state
+
+
+async def store_row(url: str, state: ClusterState, max_message_bytes: int) -> dict[str, Any]:
+    """Save a checkpoint holding `state` on a new snapshots topic, then load it back."""
+    from rackplane.streams._snapshot_records import chunk_capacity
+    from rackplane.streams.snapshots import (
+        Checkpoint,
+        Snapshot,
+        SnapshotStore,
+        ensure_snapshots_topic,
+    )
+
+    kafka = {"bootstrap_servers": url.removeprefix("kafka://")}
+    topic = f"bench.snapshots.{uuid.uuid4().hex[:8]}"
+    await ensure_snapshots_topic(
+        kafka, topic, partitions=1, replication=1, max_message_bytes=max_message_bytes
+    )
+    saves, loads = [], []
+    for i in range(3):
+        # another events offset each time: the snapshot counts as changed, and is written
+        at = 1_000 + i
+        checkpoint = Checkpoint(0, at, {state.cluster: Snapshot(state.cluster, state, at)})
+        writer = SnapshotStore(kafka, topic, max_message_bytes=max_message_bytes)
+        await writer.start()
+        try:
+            t = time.perf_counter()
+            await writer.save(checkpoint)
+            saves.append(time.perf_counter() - t)
+        finally:
+            await writer.stop()
+        reader = SnapshotStore(kafka, topic, max_message_bytes=max_message_bytes)
+        await reader.start()
+        try:
+            t = time.perf_counter()
+            loaded = await reader.load(0)
+            loads.append(time.perf_counter() - t)
+        finally:
+            await reader.stop()
+        assert loaded is not None and loaded.snapshots[state.cluster].state == state
+    data = encode_state(state)
+    room = chunk_capacity(
+        state.cluster, state.seq, hashlib.sha256(data).hexdigest(), max_message_bytes
+    )
+    return {
+        "chunks": -(-len(data) // room),
+        "save_ms": min(saves) * 1e3,
+        "load_ms": min(loads) * 1e3,
+    }
+
+
+async def run_all(
+    url: str, progress: Progress, *, quick: bool = False, max_message_bytes: int = 1_048_576
+) -> list[dict[str, Any]]:
+    """One row per cluster size: bytes, encode, decode, save and load."""
+    rows = []
+    for racks in (128, 1024) if quick else (128, 1024, 4096):
+        row, state = codec_row(racks, progress)
+        progress(f"snapshots: save and load at {racks} racks")
+        row |= await store_row(url, state, max_message_bytes)
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.__main__ import _broker, _markdown, _table, machine, out
+
+    parser = argparse.ArgumentParser(prog="python -m bench.snapshots", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="128 and 1,024 racks only")
+    parser.add_argument("--broker", metavar="URL", help="kafka://HOST:PORT (default: Tansu)")
+    parser.add_argument("--json", type=Path, help="write the raw rows here")
+    args = parser.parse_args(argv)
+    with _broker(args.broker) as url:
+        rows = asyncio.run(run_all(url, lambda _: None, quick=args.quick))
+    out.print(machine())
+    out.print(_table("Snapshots", rows))
+    out.print(_markdown(rows), markup=False, highlight=False)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
