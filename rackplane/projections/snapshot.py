@@ -23,9 +23,13 @@ topology), storing only where a state departs from them: a state made by `evolve
 at the cost of its facts, and any other state round-trips too. The topology index is rebuilt
 from the topology, as `evolve` does for `TopologyRegistered`.
 
-Equality: `decode_state(encode_state(s)) == s` for every state. Datetimes keep their instant
-and UTC offset (a named zone becomes its fixed offset at that instant, as it would through an
-event's JSON).
+Equality: `decode_state(encode_state(s)) == s` for every state whose command seqs fit in 64
+bits. Datetimes keep their instant and UTC offset (a named zone becomes its fixed offset at
+that instant, as it would through an event's JSON).
+
+Safety: the digest catches corruption and truncation, not a forger (anyone who can write the
+topic can seal a document); what a well-sealed document may hold is bounded by the decoder's
+type checks, so a state that decodes is well-typed, and as true as its writer.
 """
 
 from __future__ import annotations
@@ -55,8 +59,9 @@ ZLIB = 1
 ZLIB_LEVEL = 1
 """zlib's fastest level: at 4,096 racks and a full id window, level 6 saves ~15% of the bytes
 for three times the time (docs/BENCHMARKS.md, snapshots)."""
-MAX_DOCUMENT_BYTES = 1 << 30
-"""The largest document a snapshot may declare: a bound on what decoding may allocate."""
+MAX_DOCUMENT_BYTES = 1 << 28
+"""The largest document a snapshot may declare (256 MiB), a bound on what decoding a forged
+one may allocate: 4,096 racks with 2,000 jobs and a full id window take 17 MiB."""
 _HEAD = struct.Struct(">4sHBBQ")
 _DIGEST_BYTES = 32
 _BODY_AT = _HEAD.size + _DIGEST_BYTES

@@ -144,6 +144,10 @@ class _Scan:
 
     candidates: list[tuple[int, CheckpointRecord]]
     leftovers: set[SnapshotId]
+    records: dict[int, Any] = field(default_factory=dict)
+    """The records read on the way back from the end, by offset: not fetched again."""
+    read_from: int = 0
+    """The scan read every record from here to the end."""
 
     def head(self, used: int | None) -> _Head:
         """The head once candidate `used` was loaded (None: none was)."""
@@ -316,7 +320,7 @@ class SnapshotStore:
             scan = await self._scan(partition)
             for n, (offset, record) in enumerate(scan.candidates):
                 try:
-                    checkpoint = await self._assemble(partition, record)
+                    checkpoint = await self._assemble(partition, record, scan)
                 except _Unusable as err:
                     then = (
                         "trying the checkpoint before it"
@@ -401,11 +405,14 @@ class SnapshotStore:
         end = await self._mark(p)
         prefix = CHECKPOINT_PREFIX + f"{p}/".encode()
         above: list[tuple[int, SnapshotId]] = []  # chunks after the newest checkpoint
+        read: dict[int, Any] = {}
         newest: tuple[int, CheckpointRecord] | None = None
         hi, step = end, _FIRST_WINDOW
         while hi > 0 and newest is None:
             lo = max(0, hi - step)
-            for rec in reversed(await self._read_range(p, lo, hi)):
+            records = await self._read_range(p, lo, hi)
+            read.update((r.offset, r) for r in records)
+            for rec in reversed(records):
                 key = rec.key or b""
                 if key.startswith(CHUNK_PREFIX):
                     chunk = read_chunk(rec.value)
@@ -428,7 +435,7 @@ class SnapshotStore:
                 candidates.append((before, record))
         live: set[SnapshotId] = set().union(*(r.idents() for _, r in candidates))
         leftovers = {ident for _, ident in above} | set(newest[1].retire)
-        return _Scan(candidates, leftovers - live)
+        return _Scan(candidates, leftovers - live, read, hi)
 
     def _checkpoint_in(self, p: int, offset: int, value: bytes | None) -> CheckpointRecord | None:
         try:
@@ -444,9 +451,11 @@ class SnapshotStore:
             return None
         return record if record.partition == p else None
 
-    async def _assemble(self, p: int, record: CheckpointRecord) -> Checkpoint:
+    async def _assemble(self, p: int, record: CheckpointRecord, scan: _Scan) -> Checkpoint:
         """The checkpoint `record` stands for, every chunk and digest checked."""
-        got = await self._read_at(p, [o for ref in record.snapshots.values() for o in ref.offsets])
+        offsets = [o for ref in record.snapshots.values() for o in ref.offsets]
+        got = {o: scan.records[o] for o in offsets if o in scan.records}
+        got |= await self._read_at(p, [o for o in offsets if o < scan.read_from])
         snapshots: dict[str, Snapshot] = {}
         for cluster, ref in record.snapshots.items():
             name = f"{cluster}@{ref.seq}"
