@@ -40,7 +40,8 @@ import struct
 import zlib
 
 from rackplane._gc import cycle_collection_paused
-from rackplane.projections._snapshot_doc import from_document, to_document
+from rackplane.projections._snapshot_doc import to_document
+from rackplane.projections._snapshot_read import from_document
 from rackplane.projections.state import (
     BlockInfo,
     ClusterState,
@@ -106,9 +107,9 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
     SeenCommands: ("recent", "older", "window"),
 }
 """The fields the codec writes and reads, per record type, in order. A field added to one of
-these types must be taught to `_snapshot_doc.py` and listed here (a test compares this with
-the types' own fields); the pydantic models inside the state (topology, settings, job specs)
-are written by pydantic, whole."""
+these types must be taught to `_snapshot_doc.py` (writing) and `_snapshot_read.py` (reading)
+and listed here: a test compares this with the types' own fields. The pydantic models in the
+state (topology, settings, job specs) are written by pydantic, whole."""
 
 
 class SnapshotError(ValueError):

@@ -1,4 +1,5 @@
-"""The records of the snapshots topic: keys, chunks and checkpoint records (see snapshots.py).
+"""The records of the snapshots topic: keys, chunks and checkpoint records (see snapshots.py),
+and what a store knows of a partition's chain of checkpoints (`Head`, `Scan`).
 
 Every record is keyed (a compacted topic refuses null keys) and lives on one partition, the
 index of the events partition it describes:
@@ -19,7 +20,8 @@ two keys per partition, so compaction keeps the newest and the one before it.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -170,3 +172,45 @@ def read_checkpoint(value: bytes | None) -> CheckpointRecord:
 
 def checkpoint_value(record: CheckpointRecord) -> bytes:
     return json.dumps(record.model_dump(mode="json"), separators=(",", ":")).encode()
+
+
+# -- what a store knows of a partition's chain of checkpoints ----------------------------
+
+
+@dataclass
+class Head:
+    """What a store knows of a partition's checkpoints, for its next save."""
+
+    newest: tuple[int, CheckpointRecord] | None = None
+    previous: tuple[int, CheckpointRecord] | None = None
+    leftovers: set[SnapshotId] = field(default_factory=set)
+    """Snapshots no kept checkpoint names whose chunks may still be there: tombstoned next."""
+    next_save: int = 0
+
+
+@dataclass
+class Scan:
+    """The newest checkpoint records of a partition (newest first) and the chunks no kept
+    checkpoint names."""
+
+    candidates: list[tuple[int, CheckpointRecord]]
+    leftovers: set[SnapshotId]
+    records: dict[int, Any] = field(default_factory=dict)
+    """The records read on the way back from the end, by offset: not fetched again."""
+    read_from: int = 0
+    """The scan read every record from here to the end."""
+
+    def head(self, used: int | None) -> Head:
+        """The head once candidate `used` was loaded (None: none was)."""
+        if used == 0:
+            newest = self.candidates[0]
+            previous = self.candidates[1] if len(self.candidates) > 1 else None
+            return Head(newest, previous, set(self.leftovers), newest[1].save + 1)
+        dead: set[SnapshotId] = set(self.leftovers)
+        for _, record in self.candidates[: used if used is not None else None]:
+            dead |= record.idents() | set(record.retire)
+        saves = [r.save for _, r in self.candidates]
+        if used is None:
+            return Head(None, None, dead, max(saves) + 1 if saves else 0)
+        chosen = self.candidates[used]
+        return Head(chosen, None, dead - chosen[1].idents(), chosen[1].save + 1)

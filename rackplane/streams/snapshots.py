@@ -50,21 +50,23 @@ import asyncio
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from rackplane.projections import ClusterState
 from rackplane.projections.snapshot import SnapshotError, decode_state, encode_state
+from rackplane.streams._partition_reader import PartitionReader
 from rackplane.streams._snapshot_records import (
     CHECKPOINT_PREFIX,
     CHUNK_PREFIX,
     CheckpointRecord,
     ChunkHead,
+    Head,
+    Scan,
     SnapshotId,
     SnapshotRef,
     checkpoint_key,
@@ -75,7 +77,7 @@ from rackplane.streams._snapshot_records import (
     read_checkpoint,
     read_chunk,
 )
-from rackplane.streams.eventlog import MARKER_HEADER, is_marker
+from rackplane.streams.eventlog import MARKER_HEADER
 
 __all__ = [
     "Checkpoint",
@@ -92,8 +94,6 @@ MIN_MESSAGE_BYTES = 4_096
 _FETCH_FLOOR = 1_048_576
 _FIRST_WINDOW = 64
 """Records read back from the end first: a save's tombstones and the markers since."""
-_GAP = 16
-"""Chunks this close are read in one pass instead of seeking to each."""
 
 
 @dataclass(frozen=True)
@@ -124,45 +124,6 @@ class SnapshotTopicError(RuntimeError):
 
 class _Unusable(Exception):
     """A checkpoint that cannot be assembled (why, in one line)."""
-
-
-@dataclass
-class _Head:
-    """What a store knows of a partition's checkpoints, for its next save."""
-
-    newest: tuple[int, CheckpointRecord] | None = None
-    previous: tuple[int, CheckpointRecord] | None = None
-    leftovers: set[SnapshotId] = field(default_factory=set)
-    """Snapshots no kept checkpoint names whose chunks may still be there: tombstoned next."""
-    next_save: int = 0
-
-
-@dataclass
-class _Scan:
-    """The newest checkpoint records of a partition (newest first) and the chunks no kept
-    checkpoint names."""
-
-    candidates: list[tuple[int, CheckpointRecord]]
-    leftovers: set[SnapshotId]
-    records: dict[int, Any] = field(default_factory=dict)
-    """The records read on the way back from the end, by offset: not fetched again."""
-    read_from: int = 0
-    """The scan read every record from here to the end."""
-
-    def head(self, used: int | None) -> _Head:
-        """The head once candidate `used` was loaded (None: none was)."""
-        if used == 0:
-            newest = self.candidates[0]
-            previous = self.candidates[1] if len(self.candidates) > 1 else None
-            return _Head(newest, previous, set(self.leftovers), newest[1].save + 1)
-        dead: set[SnapshotId] = set(self.leftovers)
-        for _, record in self.candidates[: used if used is not None else None]:
-            dead |= record.idents() | set(record.retire)
-        saves = [r.save for _, r in self.candidates]
-        if used is None:
-            return _Head(None, None, dead, max(saves) + 1 if saves else 0)
-        chosen = self.candidates[used]
-        return _Head(chosen, None, dead - chosen[1].idents(), chosen[1].save + 1)
 
 
 def snapshot_topic_configs(max_message_bytes: int) -> dict[str, str]:
@@ -254,7 +215,7 @@ class SnapshotStore:
         self.timeout = timeout
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._heads: dict[int, _Head] = {}
+        self._heads: dict[int, Head] = {}
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -343,7 +304,7 @@ class SnapshotStore:
 
     # -- saving -----------------------------------------------------------------------------
 
-    async def _save(self, checkpoint: Checkpoint, head: _Head) -> _Head:
+    async def _save(self, checkpoint: Checkpoint, head: Head) -> Head:
         assert self._producer is not None
         p, producer = checkpoint.partition, self._producer
         newest = head.newest[1] if head.newest else None
@@ -396,11 +357,11 @@ class SnapshotStore:
             for k in ident.chunk_keys()
         ]
         await asyncio.gather(*tombstones)
-        return _Head((ack.offset, record), head.newest, set(), record.save + 1)
+        return Head((ack.offset, record), head.newest, set(), record.save + 1)
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def _scan(self, p: int) -> _Scan:
+    async def _scan(self, p: int) -> Scan:
         """Find the newest checkpoint record (and the one it names as its previous)."""
         end = await self._mark(p)
         prefix = CHECKPOINT_PREFIX + f"{p}/".encode()
@@ -410,7 +371,7 @@ class SnapshotStore:
         hi, step = end, _FIRST_WINDOW
         while hi > 0 and newest is None:
             lo = max(0, hi - step)
-            records = await self._read_range(p, lo, hi)
+            records = await self._reader().read_range(p, lo, hi)
             read.update((r.offset, r) for r in records)
             for rec in reversed(records):
                 key = rec.key or b""
@@ -425,17 +386,17 @@ class SnapshotStore:
                         break
             hi, step = lo, step * 4
         if newest is None:
-            return _Scan([], {ident for _, ident in above})
+            return Scan([], {ident for _, ident in above})
         candidates = [newest]
         before = newest[1].previous
         if before is not None:
-            got = await self._read_at(p, [before])
+            got = await self._reader().read_at(p, [before])
             record = self._checkpoint_in(p, before, got[before].value) if before in got else None
             if record is not None and record.save < newest[1].save:
                 candidates.append((before, record))
         live: set[SnapshotId] = set().union(*(r.idents() for _, r in candidates))
         leftovers = {ident for _, ident in above} | set(newest[1].retire)
-        return _Scan(candidates, leftovers - live, read, hi)
+        return Scan(candidates, leftovers - live, read, hi)
 
     def _checkpoint_in(self, p: int, offset: int, value: bytes | None) -> CheckpointRecord | None:
         try:
@@ -451,11 +412,11 @@ class SnapshotStore:
             return None
         return record if record.partition == p else None
 
-    async def _assemble(self, p: int, record: CheckpointRecord, scan: _Scan) -> Checkpoint:
+    async def _assemble(self, p: int, record: CheckpointRecord, scan: Scan) -> Checkpoint:
         """The checkpoint `record` stands for, every chunk and digest checked."""
         offsets = [o for ref in record.snapshots.values() for o in ref.offsets]
         got = {o: scan.records[o] for o in offsets if o in scan.records}
-        got |= await self._read_at(p, [o for o in offsets if o < scan.read_from])
+        got |= await self._reader().read_at(p, [o for o in offsets if o < scan.read_from])
         snapshots: dict[str, Snapshot] = {}
         for cluster, ref in record.snapshots.items():
             name = f"{cluster}@{ref.seq}"
@@ -488,6 +449,10 @@ class SnapshotStore:
             snapshots[cluster] = Snapshot(cluster, state, ref.events_offset)
         return Checkpoint(p, record.covers, snapshots)
 
+    def _reader(self) -> PartitionReader:
+        assert self._consumer is not None, "start() first"
+        return PartitionReader(self._consumer, self.topic, timeout=self.timeout)
+
     async def _mark(self, p: int) -> int:
         """Append a marker to partition `p`; its offset is the partition's true end."""
         assert self._producer is not None
@@ -496,44 +461,6 @@ class SnapshotStore:
             self.topic, key=marker_key(p), value=b"", partition=p, headers=[(MARKER_HEADER, token)]
         )
         return int(meta.offset)
-
-    async def _read_at(self, p: int, offsets: Sequence[int]) -> dict[int, Any]:
-        """The records at `offsets` (those that are there), reading close ones in one pass."""
-        wanted = sorted(set(offsets))
-        got: dict[int, Any] = {}
-        i = 0
-        while i < len(wanted):
-            j = i
-            while j + 1 < len(wanted) and wanted[j + 1] - wanted[j] <= _GAP:
-                j += 1
-            for rec in await self._read_range(p, wanted[i], wanted[j] + 1):
-                got[rec.offset] = rec
-            i = j + 1
-        return {o: got[o] for o in wanted if o in got}
-
-    async def _read_range(self, p: int, lo: int, hi: int) -> list[Any]:
-        """Records with lo <= offset < hi (some may have been compacted away); needs a
-        record at or after hi - 1 (the marker `_mark` wrote is one)."""
-        assert self._consumer is not None
-        consumer, tp = self._consumer, TopicPartition(self.topic, p)
-        consumer.assign([tp])
-        consumer.seek(tp, lo)
-        out: list[Any] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        while True:
-            batch = (await consumer.getmany(tp, timeout_ms=200)).get(tp, [])
-            for rec in batch:
-                if rec.offset >= hi:
-                    return out
-                if rec.offset >= lo and not is_marker(rec.headers):
-                    out.append(rec)
-            if batch and batch[-1].offset >= hi - 1:
-                return out
-            if loop.time() > deadline:
-                raise TimeoutError(
-                    f"reading {self.topic}[{p}] {lo}..{hi} took over {self.timeout} s"
-                )
 
 
 def _check(checkpoint: Checkpoint) -> None:

@@ -73,7 +73,8 @@ def _fields_of(cls: type) -> tuple[str, ...]:
 @pytest.mark.parametrize("cls", list(CODEC_FIELDS), ids=lambda c: c.__name__)
 def test_the_codec_knows_every_field_of_the_state_records(cls: type) -> None:
     assert _fields_of(cls) == CODEC_FIELDS[cls], (
-        f"{cls.__name__} changed: teach rackplane/projections/_snapshot_doc.py the new "
+        f"{cls.__name__} changed: teach rackplane/projections/_snapshot_doc.py and "
+        "_snapshot_read.py the new "
         "field, then list it in CODEC_FIELDS"
     )
 
