@@ -1,7 +1,8 @@
 """`python -m bench` (or `make bench`): run the benchmarks, print tables and markdown.
 
 Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's cluster view
-(`tui`) and the history (DuckDB ingest and replay of 1M events) by default; the simulator
+(`tui`), the history (DuckDB ingest and replay of 1M events) and snapshots (encode, decode,
+save and load of a cluster's state) by default; the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
 sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
 streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming one
@@ -92,12 +93,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--broker",
         metavar="URL",
-        help="run the streams and gpu benchmarks on this broker (kafka://HOST:PORT; "
+        help="run the streams, gpu and snapshots benchmarks on this broker (kafka://HOST:PORT; "
         "`make bench-kafka` starts an Apache Kafka for them) instead of an embedded Tansu",
     )
     parser.add_argument(
         "--only",
-        choices=["placement", "defrag", "sim", "streams", "fetchwait", "gpu", "tui", "history"],
+        choices=[
+            "placement",
+            "defrag",
+            "sim",
+            "streams",
+            "fetchwait",
+            "gpu",
+            "tui",
+            "history",
+            "snapshots",
+        ],
         help="one benchmark",
     )
     args = parser.parse_args(argv)
@@ -141,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
             from bench.history import run as history
 
             results["history"] = history(100_000 if args.quick else 1_000_000, BATCH, say)
+        if args.only in (None, "snapshots"):
+            import asyncio
+
+            from bench import snapshots
+
+            with _broker(args.broker) as url:
+                results["snapshots"] = asyncio.run(snapshots.run_all(url, say, quick=args.quick))
         if args.only in (None, "gpu"):
             import asyncio
 
@@ -158,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         ("tui", "Console: cluster view refresh after one event (ms)"),
         ("history", "History: DuckDB ingest and replay"),
         ("gpu", f"GPU Manager: telemetry classified ({broker_name})"),
+        ("snapshots", f"Snapshots: encode, decode, save and load ({broker_name})"),
     ):
         if name in results:
             out.print(_table(title, results[name]))
