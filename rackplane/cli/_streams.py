@@ -105,6 +105,10 @@ def worker(
             help="Start even if the events topic forgets (finite retention).",
         ),
     ] = None,
+    checkpoint_every: Annotated[
+        int | None,
+        typer.Option(help="Events of a partition between checkpoints (snapshots); 0: none."),
+    ] = None,
     seen_window: Annotated[
         int | None, typer.Option(hidden=True, help="Command ids a fresh state remembers (tests).")
     ] = None,
@@ -138,6 +142,7 @@ def worker(
         max_event_bytes=max_event_bytes,
         outage_limit=outage_limit,
         allow_finite_retention=allow_finite_retention,
+        checkpoint_every=checkpoint_every,
         fetch_wait_ms=fetch_wait_ms,
         log_level=log_level,
     )

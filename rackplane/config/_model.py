@@ -118,6 +118,10 @@ class RackplaneSettings(BaseSettings):
     outage_limit: float = Field(default=300.0, gt=0, le=86_400)
     """Seconds the controller retries appends the broker refuses or loses (an outage) before
     the worker exits non-zero for its supervisor to restart it."""
+    checkpoint_every: int = Field(default=10_000, ge=0, le=10_000_000)
+    """Events of a partition between two checkpoints (snapshots of all its clusters on the
+    compacted snapshots topic): a rebuild reads the newest checkpoint plus the tail. 0: none.
+    Exactly-once mode takes none."""
     allow_finite_retention: bool = False
     """Start against an events topic with a finite retention (the log would then forget: a
     restart after the retention rebuilds from what is left). Off: the worker refuses."""
@@ -234,6 +238,7 @@ class RackplaneSettings(BaseSettings):
             max_event_bytes=self.max_event_bytes,
             outage_limit=self.outage_limit,
             allow_finite_retention=self.allow_finite_retention,
+            checkpoint_every=self.checkpoint_every,
             session_timeout=self.session_timeout,
             fetch_wait_ms=self.fetch_wait_ms,
             policies=self.policies,

@@ -43,6 +43,7 @@ from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
 from rackplane.streams.rejected import Sender, reject_all, rejection
 from rackplane.streams.replicas import Replicas
+from rackplane.streams.snapshots import Checkpoint, Snapshot, SnapshotStore
 
 log = logging.getLogger("rackplane.agents")
 
@@ -86,7 +87,10 @@ class Controller:
        becomes one `CommandRejected` instead.
     3. Append each partition's decisions (`EventAppender`: whole decisions, in order, while the
        partition is ours) and only then keep the new states.
-    4. When the broker fails: drop the batch's partitions (some decisions may have landed),
+    4. Every `checkpoint_every` events of a partition, save a checkpoint of it (snapshots of
+       all its clusters, as of its last event) in the background, unless a cluster of it is
+       broken: a later rebuild reads that plus the tail.
+    5. When the broker fails: drop the batch's partitions (some decisions may have landed),
        wait, rebuild them from the log and go again from step 1; what landed is recognised by
        its position. Past `outage_limit` seconds the worker stops (`Unavailable`). A revoked
        partition stops the worker too (in flight at a rebalance that did not wait for it),
@@ -109,6 +113,8 @@ class Controller:
         clock: Clock = utcnow,
         outage_limit: float = 300.0,
         stall_wait: float = 6.0,
+        snapshots: SnapshotStore | None = None,
+        checkpoint_every: int = 10_000,
     ) -> None:
         self.replicas = replicas
         self.appender = appender
@@ -124,6 +130,11 @@ class Controller:
         self.retries = 0
         self.failing_since: float | None = None
         """When the current run of failed appends began (None: appending works)."""
+        self.snapshots = snapshots
+        self.checkpoint_every = checkpoint_every
+        self.since_checkpoint: dict[int, int] = defaultdict(int)
+        self.checkpoints = 0
+        self._saving: dict[int, asyncio.Task[None]] = {}
 
     async def process(self, batch: Sequence[Any]) -> None:
         """Decide every command of the batch, in order; return when its events are durable."""
@@ -258,6 +269,58 @@ class Controller:
         for cluster, state in states.items():
             self.replicas.put(state, offset=last[cluster])
         self.applied += len(decisions)
+        self.since_checkpoint[partition] += sum(len(d) for d in decisions)
+        if self.snapshots is not None and self.since_checkpoint[partition] >= self.checkpoint_every:
+            self._checkpoint(partition, epoch)
+
+    def _checkpoint(self, partition: int, epoch: int) -> None:
+        """Save a checkpoint of `partition` in the background (one at a time per partition)."""
+        running = self._saving.get(partition)
+        if running is not None and not running.done():
+            return
+        r = self.replicas
+        members = r.members(partition)
+        if any(c in r.broken for c in members):
+            return  # a checkpoint would hide the fork or gap from later rebuilds
+        offsets = {c: r.last_offsets.get(c) for c in members}
+        known = {c: o for c, o in offsets.items() if o is not None}
+        if len(known) != len(members) or not known:
+            return
+        checkpoint = Checkpoint(
+            partition=partition,
+            covers=max(known.values()),
+            snapshots={c: Snapshot(c, r.states[c], o) for c, o in known.items()},
+        )
+        self.since_checkpoint[partition] = 0
+        self._saving[partition] = asyncio.get_running_loop().create_task(
+            self._save_checkpoint(checkpoint, epoch)
+        )
+
+    async def _save_checkpoint(self, checkpoint: Checkpoint, epoch: int) -> None:
+        assert self.snapshots is not None
+        if self.fence.epoch != epoch:
+            return  # no longer ours: the new owner saves its own
+        started = time.monotonic()
+        try:
+            await self.snapshots.save(checkpoint)
+        except Exception as err:  # a lost checkpoint costs a longer rebuild, nothing else
+            log.warning(
+                "checkpoint of events partition %d failed (%s: %s); the next one is tried "
+                "after %d more events",
+                checkpoint.partition,
+                type(err).__name__,
+                err,
+                self.checkpoint_every,
+            )
+            return
+        self.checkpoints += 1
+        log.info(
+            "checkpoint of events partition %d at offset %d: %d clusters in %.2f s",
+            checkpoint.partition,
+            checkpoint.covers,
+            len(checkpoint.snapshots),
+            time.monotonic() - started,
+        )
 
     def _rejection(self, message: Any, reason: str) -> Rejection:
         key = message.key if isinstance(message.key, bytes) else None

@@ -47,8 +47,9 @@ from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import EventLog, is_marker
 from rackplane.streams.projection_agent import Projections
-from rackplane.streams.replicas import Replicas
+from rackplane.streams.replicas import Replicas, StoreCheckpoints
 from rackplane.streams.senders import FastSender, SharedProducer, sender_for
+from rackplane.streams.snapshots import SnapshotStore
 from rackplane.streams.telemetry_loop import TelemetryLoop
 from rackplane.streams.topics import ensure_topics
 
@@ -116,6 +117,13 @@ def create_app(
     logs: list[EventLog] = []
     replicas: list[Replicas] = []
     initial = _initial(config)
+    store = SnapshotStore(
+        config.kafka_options(),
+        config.topic("snapshots"),
+        max_message_bytes=config.max_event_bytes,
+        fetch_wait_ms=config.fetch_wait_ms,
+    )
+    checkpoints = StoreCheckpoints(store)
 
     def replica() -> Replicas:
         eventlog = EventLog(
@@ -126,7 +134,12 @@ def create_app(
             initial=initial,
         )
         logs.append(eventlog)
-        r = Replicas(eventlog, partitions=config.partitions, after_rebuild=_heap.settle)
+        r = Replicas(
+            eventlog,
+            partitions=config.partitions,
+            checkpoints=checkpoints,
+            after_rebuild=_heap.settle,
+        )
         replicas.append(r)
         return r
 
@@ -160,6 +173,8 @@ def create_app(
         fence=fence,
         outage_limit=config.outage_limit,
         stall_wait=config.session_timeout,
+        snapshots=store if config.checkpoint_every > 0 and not exactly_once else None,
+        checkpoint_every=config.checkpoint_every,
     )
     health.controller = controller
 
@@ -283,6 +298,7 @@ def create_app(
             await loop.stop()
         for eventlog in logs:
             await eventlog.stop()
+        await store.stop()
         await shared.stop()
         if sink is not None:
             sink.close()

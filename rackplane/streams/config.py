@@ -104,6 +104,10 @@ class StreamConfig:
     idempotent: bool = True
     """Ask for an idempotent producer (Apache Kafka); without one (Tansu) the worker says so
     and readers count retried copies as duplicates."""
+    checkpoint_every: int = 10_000
+    """Events of a partition between two checkpoints (snapshots of all its clusters); a
+    rebuild reads the newest checkpoint plus the tail. 0: no checkpoints (exactly-once mode
+    takes none: its events are not committed when the controller sees them)."""
     seen_window: int | None = None
     """Command ids a fresh state remembers (None: the core's default; tests set it small)."""
     session_timeout: float = 6.0

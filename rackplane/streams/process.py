@@ -58,6 +58,7 @@ class WorkerProcess:
             "--max-message-bytes", str(c.max_message_bytes),
             "--max-event-bytes", str(c.max_event_bytes),
             "--outage-limit", str(c.outage_limit),
+            "--checkpoint-every", str(c.checkpoint_every),
             "--fetch-wait-ms", str(c.fetch_wait_ms),
         ]  # fmt: skip
         if c.seen_window is not None:

@@ -22,16 +22,19 @@ from typing import Protocol
 from rackplane.models import Event
 from rackplane.projections import ClusterState, evolve
 from rackplane.streams.eventlog import EventLog, Inapplicable, LogCorrupt, partition_for
+from rackplane.streams.snapshots import SnapshotStore
 
 log = logging.getLogger("rackplane.replicas")
 
 
 @dataclass(frozen=True)
 class Resume:
-    """Where a partition's read may start: the states at `start - 1` (from snapshots)."""
+    """Where a partition's read may start: the states at `start - 1` (from snapshots), with
+    the offsets of their last events."""
 
     start: int
     states: dict[str, ClusterState]
+    offsets: dict[str, int]
 
 
 class Checkpoints(Protocol):
@@ -78,6 +81,10 @@ class Replicas:
     def loaded(self, partition: int) -> bool:
         return partition in self.ends
 
+    def members(self, partition: int) -> set[str]:
+        """The clusters of a loaded partition."""
+        return set(self._members.get(partition, ()))
+
     async def load(self, partition: int) -> None:
         """Read `partition` into the replicas unless it is loaded."""
         if partition in self.ends:
@@ -92,7 +99,11 @@ class Replicas:
         members = self._members.setdefault(partition, set())
         for cluster, found in read.clusters.items():
             self.states[cluster] = found.state
-            self.last_offsets[cluster] = found.last_offset
+            self.last_offsets[cluster] = (
+                found.last_offset
+                if found.last_offset is not None or resume is None
+                else resume.offsets.get(cluster)
+            )
             self._tails[cluster] = found.events
             members.add(cluster)
         for cluster, err in read.broken.items():
@@ -195,3 +206,20 @@ class Replicas:
             self.last_offsets.clear()
             self._tails.clear()
             self._members.clear()
+
+
+class StoreCheckpoints:
+    """`Checkpoints` from the snapshots topic (`snapshots.SnapshotStore`)."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self.store = store
+
+    async def resume(self, partition: int) -> Resume | None:
+        checkpoint = await self.store.load(partition)
+        if checkpoint is None:
+            return None
+        return Resume(
+            start=checkpoint.covers + 1,
+            states={c: s.state for c, s in checkpoint.snapshots.items()},
+            offsets={c: s.events_offset for c, s in checkpoint.snapshots.items()},
+        )

@@ -7,6 +7,8 @@
 - `.commands`, `.telemetry`: `max.message.bytes` twice the input limit, so that input between
   the two is refused by the edge with a reason (to `.rejected`), not by the producer.
 - `.rejected`: the broker's defaults.
+- `.snapshots` (as many partitions as `.events`): compacted checkpoints of the events
+  partitions (`snapshots.ensure_snapshots_topic`), chunks of at most `max_event_bytes`.
 
 `ensure_topics` creates what is missing and then checks what exists: a worker refuses to start
 (`TopicsError`, one line) against an events topic with a finite retention (unless
@@ -16,15 +18,15 @@ below `max_event_bytes`. Topics made by someone else are never altered: the oper
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from rackplane.streams.config import StreamConfig
+from rackplane.streams.snapshots import SnapshotTopicError, ensure_snapshots_topic
 
 log = logging.getLogger("rackplane.topics")
 
@@ -61,20 +63,35 @@ async def ensure_topics(config: StreamConfig) -> None:
     await admin.start()
     try:
         for name in TOPICS:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(
-                    [
-                        NewTopic(
-                            name=config.topic(name),
-                            num_partitions=config.partitions,
-                            replication_factor=config.replication,
-                            topic_configs=topic_configs(config, name),
-                        )
-                    ]
-                )
+            response = await admin.create_topics(
+                [
+                    NewTopic(
+                        name=config.topic(name),
+                        num_partitions=config.partitions,
+                        replication_factor=config.replication,
+                        topic_configs=topic_configs(config, name),
+                    )
+                ]
+            )
+            for topic, code, *message in response.topic_errors:  # the broker answers per topic
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    said = " ".join(str(m) for m in message if m)
+                    raise TopicsError(
+                        f"creating topic {topic}: {for_code(code).__name__} {said}".strip()
+                    )
         await _check(admin, config)
     finally:
         await admin.close()
+    try:
+        await ensure_snapshots_topic(
+            config.kafka_options(),
+            config.topic("snapshots"),
+            partitions=config.partitions,
+            replication=config.replication,
+            max_message_bytes=config.max_event_bytes,
+        )
+    except SnapshotTopicError as err:
+        raise TopicsError(str(err)) from err
 
 
 async def _check(admin: AIOKafkaAdminClient, config: StreamConfig) -> None:
