@@ -1,8 +1,9 @@
 """`python -m bench` (or `make bench`): run the benchmarks, print tables and markdown.
 
 Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's cluster view
-(`tui`), the history (DuckDB ingest and replay of 1M events) and snapshots (encode, decode,
-save and load of a cluster's state) by default; the simulator
+(`tui`), the history (DuckDB ingest and replay of 1M events), snapshots (encode, decode,
+save and load of a cluster's state) and the rebuild of a partition after a restart (1M and
+10M events, with a checkpoint and from offset 0) by default; the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
 sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
 streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming one
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             "tui",
             "history",
             "snapshots",
+            "rebuild",
         ],
         help="one benchmark",
     )
@@ -159,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
 
             with _broker(args.broker) as url:
                 results["snapshots"] = asyncio.run(snapshots.run_all(url, say, quick=args.quick))
+        if args.only in (None, "rebuild"):
+            import asyncio
+
+            from bench import rebuild
+
+            sizes = (100_000,) if args.quick else (1_000_000, 10_000_000)
+            with _broker(args.broker) as url:
+                results["rebuild"] = asyncio.run(rebuild.run_all(url, say, sizes=sizes))
         if args.only in (None, "gpu"):
             import asyncio
 
@@ -177,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         ("history", "History: DuckDB ingest and replay"),
         ("gpu", f"GPU Manager: telemetry classified ({broker_name})"),
         ("snapshots", f"Snapshots: encode, decode, save and load ({broker_name})"),
+        ("rebuild", f"Rebuild of a partition after a restart ({broker_name})"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

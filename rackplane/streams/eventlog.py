@@ -40,6 +40,9 @@ from rackplane.streams.codec import decode_event
 log = logging.getLogger("rackplane.eventlog")
 
 MARKER_HEADER = "rackplane-marker"
+EVENTS_KEPT = 10_000
+"""Events per cluster a read hands back (the newest): what followers catch up on after a
+rebuild; a read of a long log must not hold the whole history in memory."""
 DIGESTS_KEPT = 100_000
 """Seqs per cluster whose record digests a read keeps to tell a duplicate from a fork; an older
 seq met again is taken for a fork (it cannot be a retry)."""
@@ -111,7 +114,7 @@ class ClusterLog:
 
     state: ClusterState
     events: list[Event] = field(default_factory=list)
-    """The events applied by this read, oldest first (the tail after a checkpoint)."""
+    """The newest events applied by this read (at most `EVENTS_KEPT`), oldest first."""
     last_offset: int | None = None
     """Offset of the event at `state.seq` (None: before this read)."""
     duplicates: int = 0
@@ -393,6 +396,8 @@ class _Reading:
                 self._fold_each(found, events, offsets[cluster])
                 continue
             found.events.extend(events)
+            if len(found.events) > 2 * EVENTS_KEPT:
+                del found.events[:-EVENTS_KEPT]
             found.last_offset = offsets[cluster][-1]
 
     def _fold_each(self, found: ClusterLog, events: list[Event], offsets: list[int]) -> None:
@@ -409,4 +414,6 @@ class _Reading:
 
     def finish(self, end: int) -> PartitionLog:
         self._fold()
+        for found in self.logs.values():
+            del found.events[:-EVENTS_KEPT]
         return PartitionLog(self.partition, end, self.logs, self.broken, self.skipped)
