@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from rackplane.streams.codec import decode_event
 log = logging.getLogger("rackplane.eventlog")
 
 MARKER_HEADER = "rackplane-marker"
+STALL_S = 60.0
+"""Seconds a read may go without a new record before the end, before it fails."""
 EVENTS_KEPT = 10_000
 """Events per cluster a read hands back (the newest): what followers catch up on after a
 rebuild; a read of a long log must not hold the whole history in memory."""
@@ -206,34 +209,36 @@ class EventLog:
         *,
         start: int = 0,
         states: dict[str, ClusterState] | None = None,
-        timeout: float = 120.0,
+        stall: float = STALL_S,
     ) -> PartitionLog:
         """Fold every cluster of `partition` from offset `start` to the log's end.
+
+        A long log takes as long as it takes (minutes for 10M events without a checkpoint);
+        what fails is a read that stops moving.
 
         Args:
             partition: the events partition.
             start: the first offset to read (a checkpoint's `covers + 1`).
             states: the clusters' states at `start` (a checkpoint's snapshots).
-            timeout: seconds the whole read may take.
+            stall: seconds without a new record, short of the end, that fail the read.
 
         Raises:
-            TimeoutError: the read took longer than `timeout`.
+            TimeoutError: no record came for `stall` seconds before the end.
         """
         async with self._lock:
             _, end = await self.end_of(partition)
-            return await asyncio.wait_for(
-                self._read(partition, start, end, dict(states or {})), timeout
-            )
+            return await self._read(partition, start, end, dict(states or {}), stall)
 
-    async def rebuild(self, cluster: str, *, timeout: float = 60.0) -> Rebuilt:
+    async def rebuild(self, cluster: str, *, timeout: float = STALL_S) -> Rebuilt:
         """Fold every event of `cluster` written so far into a fresh state.
 
         Raises:
             LogCorrupt: the cluster's log is forked or has a gap.
+            TimeoutError: the read stood still for `timeout` seconds.
         """
         async with self._lock:
             partition, end = await self.end_of(key=cluster.encode())
-            read = await asyncio.wait_for(self._read(partition, 0, end, {}), timeout)
+            read = await self._read(partition, 0, end, {}, timeout)
         if cluster in read.broken:
             raise read.broken[cluster]
         found = read.clusters.get(cluster)
@@ -252,7 +257,9 @@ class EventLog:
             isolation_level="read_committed" if self.read_committed else "read_uncommitted",
         )
 
-    async def records(self, partition: int, start: int, end: int) -> list[Any]:
+    async def records(
+        self, partition: int, start: int, end: int, *, stall: float = STALL_S
+    ) -> list[Any]:
         """The raw records of `partition` from `start` up to `end` (exclusive)."""
         out: list[Any] = []
         if start >= end:
@@ -263,8 +270,10 @@ class EventLog:
         try:
             consumer.assign([tp])
             consumer.seek(tp, start)
+            moved = time.monotonic()
             while start < end:
                 batch = await consumer.getmany(tp, timeout_ms=500)
+                moved = _moving(batch.get(tp), moved, stall, self.topic, partition, start, end)
                 for record in batch.get(tp, []):
                     if record.offset >= end:
                         return out
@@ -275,7 +284,12 @@ class EventLog:
         return out
 
     async def _read(
-        self, partition: int, start: int, end: int, states: dict[str, ClusterState]
+        self,
+        partition: int,
+        start: int,
+        end: int,
+        states: dict[str, ClusterState],
+        stall: float,
     ) -> PartitionLog:
         tp = TopicPartition(self.topic, partition)
         where = f"{self.topic}[{partition}]"
@@ -288,9 +302,11 @@ class EventLog:
             consumer.assign([tp])
             consumer.seek(tp, start)
             position = start
+            moved = time.monotonic()
             while position < end:
                 batch = await consumer.getmany(tp, timeout_ms=500)
                 records = batch.get(tp, [])
+                moved = _moving(records, moved, stall, self.topic, partition, position, end)
                 if records and records[-1].offset >= end:
                     records = [r for r in records if r.offset < end]
                     position = end
@@ -300,6 +316,27 @@ class EventLog:
         finally:
             await consumer.stop()
         return reading.finish(end)
+
+
+def _moving(
+    records: Sequence[Any] | None,
+    moved: float,
+    stall: float,
+    topic: str,
+    partition: int,
+    position: int,
+    end: int,
+) -> float:
+    """When the read last moved; raises TimeoutError when that was `stall` seconds ago."""
+    now = time.monotonic()
+    if records:
+        return now
+    if now - moved > stall:
+        raise TimeoutError(
+            f"reading {topic}[{partition}] stood still for {stall:.0f} s at offset {position} "
+            f"(the end is {end})"
+        )
+    return moved
 
 
 async def _started(consumer: AIOKafkaConsumer) -> None:
@@ -332,7 +369,7 @@ class _Reading:
         self._fold()
 
     def _one(self, record: Any) -> None:
-        if is_marker(record.headers):
+        if record.headers and is_marker(record.headers):
             return
         raw = record.value or b""
         try:
