@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import faust
-from pydantic import ValidationError
 
-from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
@@ -32,9 +30,9 @@ from rackplane.projections import state_digest
 from rackplane.streams import _faust_fixes, _heap
 from rackplane.streams.agents import Controller, GpuManager, PolicyRunner, Replicas
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
-from rackplane.streams.codec import decode_event
+from rackplane.streams.audit_agent import add_audit
 from rackplane.streams.config import StreamConfig
-from rackplane.streams.eventlog import EventLog, is_marker
+from rackplane.streams.eventlog import EventLog
 from rackplane.streams.projection_agent import Projections
 from rackplane.streams.senders import FastSender, SharedProducer, sender_for
 from rackplane.streams.telemetry_loop import TelemetryLoop
@@ -187,7 +185,7 @@ def create_app(
 
     sink = audit if audit is not None else _configured_sink(config)
     if sink is not None:
-        _add_audit(app, sink, commands=commands, events=events, rejected=rejected)
+        add_audit(app, sink, commands=commands, events=events, rejected=rejected)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types no async receiver
     async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
@@ -278,39 +276,6 @@ def _configured_sink(config: StreamConfig) -> AuditSink | None:
 
         return DuckDBAuditSink(config.db)
     return JsonlAuditSink(config.audit_dir) if config.audit_dir else None
-
-
-def _add_audit(app: faust.App, sink: AuditSink, **topics: Any) -> None:
-    feeds = (
-        ("events", decode_event, sink.record_events),
-        ("commands", COMMANDS.validate_json, sink.record_commands),
-        ("rejected", REJECTIONS.validate_json, sink.record_rejections),
-    )
-    for name, parse, record in feeds:
-        app.agent(topics[name], name=f"audit_{name}")(_audit_agent(parse, record))
-
-
-def _audit_agent(parse: Callable[[bytes], Any], record: Callable[[list[Any]], None]) -> Any:
-    async def agent(stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=0.05):
-            record(_decodable(batch, parse))
-
-    return agent
-
-
-def _decodable(batch: Sequence[Any], parse: Callable[[bytes], Any]) -> list[Any]:
-    """What decodes in a batch, in order; markers and garbage are skipped (the agent that
-    owns the topic sends garbage to `rejected`, which the audit also records)."""
-    out = []
-    for ev in batch:
-        message = ev.message
-        if is_marker(message.headers) or message.value is None:
-            continue
-        try:
-            out.append(parse(message.value))
-        except (ValidationError, ValueError):
-            continue
-    return out
 
 
 def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
