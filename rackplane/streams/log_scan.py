@@ -62,9 +62,9 @@ async def scan_to_end(
     await consumer.start()
     read = 0
     try:
-        if topic not in await consumer.topics():
+        if topic not in await consumer.topics():  # before a producer asks: it may create it
             raise ScanError(f"topic {topic} does not exist on the broker")
-        ends = await _mark_ends(kafka, topic, sorted(consumer.partitions_for_topic(topic) or ()))
+        ends = await _mark_ends(kafka, topic)
         tps = [TopicPartition(topic, p) for p in sorted(ends)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -100,11 +100,12 @@ async def scan_to_end(
     return read
 
 
-async def _mark_ends(kafka: dict[str, Any], topic: str, partitions: list[int]) -> dict[int, int]:
+async def _mark_ends(kafka: dict[str, Any], topic: str) -> dict[int, int]:
     """Append a marker to each partition of `topic`; return partition -> its offset."""
     producer = AIOKafkaProducer(**kafka, acks="all")
     await producer.start()
     try:
+        partitions = sorted(await producer.partitions_for(topic))
         token = uuid.uuid4().hex.encode()
         metas = await asyncio.gather(
             *(
