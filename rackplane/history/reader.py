@@ -152,8 +152,8 @@ class HistoryReader:
         report = seq_report(self, cluster, upto_seq=bound)
         assert report.seq is not None
         raise HistoryGap(
-            f"{self.path}: {report.line()}: the history has a gap, so no state or story "
-            "read from it would be true (`rackplane history verify` lists every cluster's)",
+            f"{self.path}: {report.line()}: a gap in the history, nothing folds over it "
+            "(`rackplane history verify` checks every cluster)",
             cluster=cluster,
             seq=report.seq,
         )
