@@ -1,10 +1,10 @@
-"""`rackplane history ...`: verify the hash chains, timelines of a job, node or rack, the
+"""`rackplane history ...`: verify (`_verify.py`), timelines of a job, node or rack, the
 cluster's statistics, and the Parquet export."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -20,6 +20,7 @@ from rackplane.cli._history_common import (
     pick_cluster,
 )
 from rackplane.cli._render import console, errors, fail, print_json
+from rackplane.cli._verify import verify
 
 history_app = typer.Typer(
     help="Audit history: verify it, explain a job, node or rack, statistics, export.",
@@ -29,34 +30,8 @@ history_app = typer.Typer(
 
 def register(app: typer.Typer) -> None:
     """Add the `history` group to the CLI."""
+    history_app.command()(verify)
     app.add_typer(history_app, name="history")
-
-
-@history_app.command()
-def verify(db: Db = DEFAULT_DB, json_out: Json = False) -> None:
-    """Check every table's hash chain; name the first edited, inserted or deleted row."""
-    from rackplane.history.verify import verify as check
-
-    with history(db) as reader:
-        reports = busy(f"verifying {db}", lambda: check(reader))
-    if json_out:
-        print_json({"ok": all(r.ok for r in reports), "tables": [_report(r) for r in reports]})
-    else:
-        t = Table(title=f"Hash chains of {db}", title_justify="left", header_style="bold")
-        for c in ("table", "rows", "verdict", "first bad row", "detail"):
-            t.add_column(c, justify="right" if c == "rows" else "left")
-        for r in reports:
-            verdict = "[green]intact[/]" if r.ok else f"[red]{r.problem}[/]"
-            where = "" if r.row_id is None else f"row_id {r.row_id} ({r.row})"
-            t.add_row(r.table, f"{r.rows:,}", verdict, where, r.detail)
-        console.print(t)
-    if not all(r.ok for r in reports):
-        raise SystemExit(1)
-
-
-def _report(r: Any) -> dict[str, Any]:
-    return {"table": r.table, "rows": r.rows, "ok": r.ok, "problem": r.problem,
-            "row_id": r.row_id, "row": r.row, "detail": r.detail}  # fmt: skip
 
 
 def _timeline(

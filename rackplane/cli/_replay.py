@@ -60,7 +60,14 @@ def replay(
         return
     if not events:
         fail(f"no event of {name} at or before the point asked for")
-    state = busy(f"folding {len(events):,} events", lambda: state_at(events, seq=seq, at=upto_at))
+    from rackplane.projections import EventGap
+
+    try:
+        state = busy(
+            f"folding {len(events):,} events", lambda: state_at(events, seq=seq, at=upto_at)
+        )
+    except EventGap as err:  # the reader refuses a gap first; this is the fold's own check
+        fail(f"{db}: {err}")
     _print_state(state, json_out)
 
 
@@ -123,9 +130,11 @@ def _what_if(events: list[Any], spec: str, json_out: bool) -> None:
                 tasks[name] = progress.add_task(f"simulating {name}", total=1.0)
             progress.update(tasks[name], completed=done)
 
+        from rackplane.projections import EventGap
+
         try:
             report = what_if(events, change, progress=tick)
-        except ValueError as err:
+        except (ValueError, EventGap) as err:
             fail(str(err))
     if json_out:
         print_json(report.as_json())

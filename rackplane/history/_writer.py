@@ -10,8 +10,10 @@ Algorithm overview (a batch of n messages after the chain head (row_id, hash)):
    flight at a time and the inserts run in chunk order, so row ids follow the chain.
 3. After the last insert: move the chain head, COMMIT.
 On any failure (serializing, inserting, committing), wait for the chunk in flight, ROLLBACK
-and re-raise: nothing of the batch is stored and the caller keeps its head, so the batch can
-be recorded again.
+and re-raise the failure: nothing of the batch is stored, so the batch can be recorded again.
+(A COMMIT that failed, e.g. a WAL write on a full disk, has ended the transaction itself, and a
+database that a fatal error invalidated refuses the ROLLBACK too: either way the ROLLBACK's
+own error must not hide the failure. The sink re-reads its heads after any failure.)
 
 Why whole row groups: an INSERT of at least a row group (122,880 rows) has DuckDB compress and
 write it to the file during the statement, in the inserter thread; smaller INSERTs leave their
@@ -23,6 +25,7 @@ the WAL and the next checkpoint), so bulk loads use multiples of `CHUNK`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
@@ -92,7 +95,8 @@ def append_rows(
     except BaseException:
         if in_flight is not None:
             in_flight.exception()  # wait: the connection is busy until the insert returns
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):  # see the module docstring
+            con.execute("ROLLBACK")
         raise
     return row_id, prev
 

@@ -7,7 +7,7 @@ runs on either. Messages come back typed (the pydantic models), decoded from `pa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
@@ -16,7 +16,7 @@ import duckdb
 
 from rackplane._gc import cycle_collection_paused
 from rackplane.history._schema import TABLES, TYPED_CHECK, parsed
-from rackplane.history.errors import HistoryError
+from rackplane.history.errors import HistoryError, HistoryGap
 from rackplane.models import COMMANDS, EVENTS, REJECTIONS, Command, Event, Rejection
 
 _NOT_HISTORY = "is neither a rackplane DuckDB history nor a Parquet export directory"
@@ -104,7 +104,13 @@ class HistoryReader:
         mentioning: str | None = None,
     ) -> list[Event]:
         """Events of `cluster` in seq order, up to a seq and/or a time (both inclusive);
-        `mentioning`: only events whose payload names this id (a job, node or rack)."""
+        `mentioning`: only events whose payload names this id (a job, node or rack).
+
+        Raises:
+            HistoryGap: the cluster's stored seqs up to the bounds are not 1..N (a seq is
+                missing or stored twice): whatever is read from them would lie.
+        """
+        self._check_gapless(cluster, upto_seq, upto_at)
         sql = "SELECT payload FROM events WHERE cluster = ?"
         params: list[Any] = [cluster]
         if upto_seq is not None:
@@ -119,6 +125,92 @@ class HistoryReader:
         rows = self._rows(sql + " ORDER BY seq", params)
         with cycle_collection_paused():
             return [EVENTS.validate_json(r[0]) for r in rows]
+
+    def _check_gapless(self, cluster: str, upto_seq: int | None, upto_at: datetime | None) -> None:
+        """Raise `HistoryGap` unless every event a read up to these bounds needs is stored:
+        seqs 1..N where N is the bound's seq, or, for a time, the seq after the last event
+        read (a missing event there may have happened before the time)."""
+        bound = self._rows("SELECT max(seq) FROM events WHERE cluster = ?", [cluster])[0][0]
+        if bound is None:
+            return
+        if upto_seq is not None:
+            bound = min(bound, upto_seq)
+        if upto_at is not None:
+            read = self._rows(
+                'SELECT coalesce(max(seq), 0) FROM events WHERE cluster = ? AND "at" <= ?',
+                [cluster, upto_at],
+            )[0][0]
+            after = self.next_seq(cluster, read)
+            bound = min(bound, read if after is None else after)
+        if bound < 1:
+            return
+        counts = self.seq_counts(cluster, upto_seq=bound)
+        if counts and counts[0][1] == counts[0][2] == bound:  # 1..bound, each once: the usual
+            return
+        from rackplane.history.continuity import seq_report
+
+        report = seq_report(self, cluster, upto_seq=bound)
+        assert report.seq is not None
+        raise HistoryGap(
+            f"{self.path}: {report.line()}: a gap in the history, nothing folds over it "
+            "(`rackplane history verify` checks every cluster)",
+            cluster=cluster,
+            seq=report.seq,
+        )
+
+    def seq_counts(
+        self, cluster: str | None = None, *, upto_seq: int | None = None
+    ) -> list[tuple[str, int, int, int, int]]:
+        """Per cluster with events (or only `cluster`), sorted: (cluster, rows, distinct
+        seqs, first seq, last seq), counting the seqs up to `upto_seq` if given."""
+        where: list[str] = []
+        params: list[Any] = []
+        if cluster is not None:
+            where.append("cluster = ?")
+            params.append(cluster)
+        if upto_seq is not None:
+            where.append("seq <= ?")
+            params.append(upto_seq)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        return self._rows(
+            "SELECT cluster, count(*), count(DISTINCT seq), min(seq), max(seq) FROM events"
+            f"{clause} GROUP BY cluster ORDER BY cluster",
+            params,
+        )
+
+    def first_seq_break(
+        self, cluster: str, *, upto_seq: int | None = None
+    ) -> tuple[int | None, int] | None:
+        """The first place where `cluster`'s seqs stop being 1, 2, 3...: (the stored seq
+        before it or None, the seq stored there); None when there is none up to `upto_seq`.
+        Equal numbers are a seq stored twice; a jump is missing seqs."""
+        bound = "" if upto_seq is None else " AND seq <= ?"
+        params: list[Any] = [cluster] if upto_seq is None else [cluster, upto_seq]
+        rows = self._rows(
+            "SELECT prev, seq FROM (SELECT seq, lag(seq) OVER (ORDER BY seq) AS prev "
+            f"FROM events WHERE cluster = ?{bound}) "
+            "WHERE seq IS DISTINCT FROM coalesce(prev, 0) + 1 ORDER BY seq LIMIT 1",
+            params,
+        )
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def next_seq(self, cluster: str, after: int) -> int | None:
+        """The lowest seq of `cluster` stored above `after`."""
+        return self._rows(  # type: ignore[no-any-return]
+            "SELECT min(seq) FROM events WHERE cluster = ? AND seq > ?", [cluster, after]
+        )[0][0]
+
+    def event_digests(self, *, batch: int = 100_000) -> Iterator[tuple[str, int, bytes]]:
+        """(cluster, seq, sha256 of the payload) of every stored event, by cluster and seq."""
+        try:
+            cursor = self.con.cursor()
+            cursor.execute(
+                "SELECT cluster, seq, unhex(sha256(payload)) FROM events ORDER BY cluster, seq"
+            )
+            while rows := cursor.fetchmany(batch):
+                yield from rows
+        except duckdb.Error as err:
+            raise HistoryError(f"{self.path}: {err}") from err
 
     def commands(self, cluster: str) -> list[Command]:
         """Commands of `cluster` in the order they were recorded."""

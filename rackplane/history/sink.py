@@ -2,20 +2,29 @@
 
 Theory of operation:
 1. Opening the file creates the tables if needed and reads back what dedupe and the chain
-   need: each table's last row (id and hash), the last seq per cluster, the command ids and
-   rejection keys already stored.
+   need (the *heads*): each table's last row (id and hash), the last seq per cluster, the
+   command ids and rejection keys already stored.
 2. `record_*` gets a batch (a Faust batch, or what `add_event` buffered): it drops what is
    already stored (an event's (cluster, seq), a command's id, a rejection's digest), so a
    redelivery never duplicates; it hashes the new rows in order onto the chain; it inserts
    them (one statement per row group, overlapped with the hashing of the next: `_writer`)
    and moves the chain head, in one transaction.
-3. If anything fails, the transaction rolls back and the in-memory heads stay where they
-   were: the batch can be recorded again.
+3. If anything fails (a full disk: the WAL write of the COMMIT, a row group written to the
+   file, an automatic checkpoint), the transaction is gone and the write raises
+   `HistoryError`; the sink then re-reads its heads from the file, so that it holds exactly
+   what is stored: the same batch can be recorded again, and is stored once. A fatal error
+   (a failed checkpoint) invalidates DuckDB's database ("database has been invalidated
+   because of a previous fatal error"): the sink closes the connection and opens the file
+   again (DuckDB replays the WAL), now or, if that fails too, at the next write.
+4. `close` writes what is buffered, checkpoints and releases the file; on a failing disk the
+   checkpoint fails and the committed rows stay in the WAL, which the next open replays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
@@ -30,6 +39,8 @@ from rackplane.history.errors import HistoryError
 from rackplane.models import Command, Event, Rejection
 
 DEFAULT_DB = "rackplane.duckdb"
+
+log = logging.getLogger("rackplane.history")
 
 
 class DuckDBAuditSink:
@@ -52,67 +63,126 @@ class DuckDBAuditSink:
 
     def __init__(self, path: str | Path, *, buffer: int = 10_000) -> None:
         self.path = Path(path)
-        try:
-            self.con = duckdb.connect(str(self.path))
-            self.con.execute(DDL)
-        except duckdb.Error as err:
-            raise HistoryError(f"cannot record into {self.path}: {err}") from err
         self.buffer_size = buffer
         self._inserter: ThreadPoolExecutor | None = None
         self._buffer: list[Event] = []
-        self._heads: dict[str, tuple[int, str]] = dict.fromkeys(TABLES, (0, GENESIS))
-        for tbl, row_id, h in self.con.execute(
-            "SELECT tbl, row_id, hash FROM chain_heads"
-        ).fetchall():
-            self._heads[tbl] = (row_id, h)
-        self._last_seq: dict[str, int] = dict(
-            self.con.execute("SELECT cluster, max(seq) FROM events GROUP BY cluster").fetchall()
+        self._closed = False
+        self._heads: dict[str, tuple[int, str]] = {}
+        self._last_seq: dict[str, int] = {}
+        self._command_ids: set[str] = set()
+        self._rejection_keys: set[str] = set()
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self._open()
+
+    def _open(self) -> None:
+        """Connect, create the tables if needed, read the heads (step 1)."""
+        try:
+            con = duckdb.connect(str(self.path))
+        except duckdb.Error as err:
+            raise HistoryError(f"cannot record into {self.path}: {_one_line(err)}") from err
+        try:
+            con.execute(DDL)
+            self._load_heads(con)
+        except duckdb.Error as err:
+            with contextlib.suppress(duckdb.Error):
+                con.close()
+            raise HistoryError(f"cannot record into {self.path}: {_one_line(err)}") from err
+        self.con = con
+
+    def _load_heads(self, con: duckdb.DuckDBPyConnection) -> None:
+        heads = dict.fromkeys(TABLES, (0, GENESIS))
+        for tbl, row_id, h in con.execute("SELECT tbl, row_id, hash FROM chain_heads").fetchall():
+            heads[tbl] = (row_id, h)
+        last_seq = dict(
+            con.execute("SELECT cluster, max(seq) FROM events GROUP BY cluster").fetchall()
         )
-        self._command_ids = {r[0] for r in self.con.execute("SELECT id FROM commands").fetchall()}
-        self._rejection_keys = {
-            r[0] for r in self.con.execute("SELECT key FROM rejections").fetchall()
-        }
+        command_ids = {r[0] for r in con.execute("SELECT id FROM commands").fetchall()}
+        rejection_keys = {r[0] for r in con.execute("SELECT key FROM rejections").fetchall()}
+        self._heads, self._last_seq = heads, last_seq
+        self._command_ids, self._rejection_keys = command_ids, rejection_keys
 
     # -- AuditSink -----------------------------------------------------------------------------
 
     def record_events(self, events: Sequence[Event]) -> None:
-        """Append the events not stored yet (by (cluster, seq)), in the order given."""
-        fresh, last = self._fresh_events(events)
-        self._append("events", fresh)
-        self._last_seq = last
+        """Append the events not stored yet (by (cluster, seq)), in the order given.
+
+        Raises:
+            HistoryError: the write failed; nothing of the batch is stored and the sink can
+                record it again (see the module docstring).
+        """
+
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            fresh, last = self._fresh_events(con, events)
+            self._append(con, "events", fresh)
+            self._last_seq = last
+
+        self._write("events", len(events), write)
 
     def record_commands(self, commands: Sequence[Command]) -> None:
-        """Append the commands whose id is not stored yet."""
-        fresh, ids = [], set()
-        for c in commands:
-            if c.id not in self._command_ids and c.id not in ids:
-                ids.add(c.id)
-                fresh.append(c)
-        self._append("commands", fresh)
-        self._command_ids |= ids
+        """Append the commands whose id is not stored yet (raises as `record_events`)."""
+
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            fresh, ids = [], set()
+            for c in commands:
+                if c.id not in self._command_ids and c.id not in ids:
+                    ids.add(c.id)
+                    fresh.append(c)
+            self._append(con, "commands", fresh)
+            self._command_ids |= ids
+
+        self._write("commands", len(commands), write)
 
     def record_rejections(self, rejections: Sequence[Rejection]) -> None:
-        """Append the rejections not stored yet (by the digest of their JSON)."""
-        payloads, keys = [], set()
-        for r in rejections:
-            payload = to_json(r)
-            key = rejection_key(payload)
-            if key not in self._rejection_keys and key not in keys:
-                keys.add(key)
-                payloads.append(payload)
-        self._append("rejections", payloads)
-        self._rejection_keys |= keys
+        """Append the rejections not stored yet, by the digest of their JSON (raises as
+        `record_events`)."""
+
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            payloads, keys = [], set()
+            for r in rejections:
+                payload = to_json(r)
+                key = rejection_key(payload)
+                if key not in self._rejection_keys and key not in keys:
+                    keys.add(key)
+                    payloads.append(payload)
+            self._append(con, "rejections", payloads)
+            self._rejection_keys |= keys
+
+        self._write("rejections", len(rejections), write)
 
     def close(self) -> None:
-        """Write what is buffered, checkpoint and close the file. Idempotent."""
-        if self.con is None:
+        """Write what is buffered, checkpoint and release the file. Idempotent.
+
+        On a failing disk the file is released all the same: a failed checkpoint leaves the
+        committed rows in the WAL (the next open replays it) and is only logged.
+
+        Raises:
+            HistoryError: buffered events (`add_event`) could not be written; they are lost
+                with this sink, and the message says how many.
+        """
+        if self._closed:
             return
-        self.flush()
+        lost: HistoryError | None = None
+        try:
+            self.flush()
+        except HistoryError as err:
+            lost = err
+        self._closed = True
         if self._inserter is not None:
             self._inserter.shutdown()
-        self.con.execute("CHECKPOINT")
-        self.con.close()
-        self.con = None  # type: ignore[assignment]
+        if self.con is not None:
+            try:
+                self.con.execute("CHECKPOINT")
+            except duckdb.Error as err:
+                log.warning(
+                    "history %s: checkpoint at close failed (the WAL keeps what was committed): %s",
+                    self.path,
+                    _one_line(err),
+                )
+            self._disconnect()
+        if lost is not None:
+            raise HistoryError(
+                f"{self.path}: {len(self._buffer)} buffered event(s) not written: {lost}"
+            ) from lost
 
     # -- for the in-process engine -------------------------------------------------------------
 
@@ -123,10 +193,11 @@ class DuckDBAuditSink:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered events."""
+        """Write the buffered events; when that fails (raises `HistoryError`), they stay
+        buffered for the next flush."""
         if self._buffer:
-            batch, self._buffer = self._buffer, []
-            self.record_events(batch)
+            self.record_events(self._buffer)
+            self._buffer = []
 
     def __enter__(self) -> Self:
         return self
@@ -136,7 +207,43 @@ class DuckDBAuditSink:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _fresh_events(self, events: Sequence[Event]) -> tuple[list[Event], dict[str, int]]:
+    def _write(self, table: str, n: int, work: Callable[[duckdb.DuckDBPyConnection], None]) -> None:
+        """Run one batch's write; on failure re-read the heads from the file (step 3)."""
+        if self._closed:
+            raise HistoryError(f"{self.path}: the history sink is closed")
+        if self.con is None:  # a failure lost the connection, and reopening failed then
+            self._open()
+        assert self.con is not None
+        try:
+            work(self.con)
+        except Exception as err:
+            self._recover()
+            raise HistoryError(
+                f"cannot record {n} {table} into {self.path}: {_one_line(err)}"
+            ) from err
+
+    def _recover(self) -> None:
+        """Hold exactly what the file holds again: re-read the heads, or reopen the file when
+        the connection no longer answers (a fatal error invalidated the database)."""
+        assert self.con is not None
+        try:
+            self._load_heads(self.con)
+            return
+        except duckdb.Error:
+            pass
+        self._disconnect()
+        with contextlib.suppress(HistoryError):  # still failing: the next write reopens
+            self._open()
+
+    def _disconnect(self) -> None:
+        if self.con is not None:
+            with contextlib.suppress(duckdb.Error):
+                self.con.close()
+            self.con = None
+
+    def _fresh_events(
+        self, con: duckdb.DuckDBPyConnection, events: Sequence[Event]
+    ) -> tuple[list[Event], dict[str, int]]:
         """Events not stored yet, and each cluster's last seq once they are. Below a cluster's
         last seq (a redelivery) the file decides."""
         last = dict(self._last_seq)
@@ -155,7 +262,7 @@ class DuckDBAuditSink:
             seqs = sorted({e.seq for e in candidates})
             stored = {
                 r[0]
-                for r in self.con.execute(
+                for r in con.execute(
                     "SELECT seq FROM events WHERE cluster = ? AND seq IN (SELECT UNNEST(?))",
                     [cluster, seqs],
                 ).fetchall()
@@ -167,14 +274,24 @@ class DuckDBAuditSink:
                     fresh.append(e)
         return fresh, last
 
-    def _append(self, name: str, rows: Sequence[BaseModel] | Sequence[bytes]) -> None:
+    def _append(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        name: str,
+        rows: Sequence[BaseModel] | Sequence[bytes],
+    ) -> None:
         if not rows:
             return
         if self._inserter is None and len(rows) > self.chunk:
             self._inserter = ThreadPoolExecutor(1, thread_name_prefix="rackplane-history")
         self._heads[name] = append_rows(
-            self.con, name, rows, self._heads[name], self._inserter, chunk=self.chunk
+            con, name, rows, self._heads[name], self._inserter, chunk=self.chunk
         )
+
+
+def _one_line(err: BaseException) -> str:
+    """DuckDB's message (it spans lines: "Original error: ...") on one line."""
+    return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
 
 
 def _one_run(events: Sequence[Event], last: dict[str, int]) -> bool:

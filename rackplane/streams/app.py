@@ -20,14 +20,12 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import faust
-from pydantic import ValidationError
 
-from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
@@ -43,9 +41,9 @@ from rackplane.streams._append import (
 from rackplane.streams._fatal import guarded
 from rackplane.streams.agents import Appender, Controller, GpuManager, PolicyRunner
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
-from rackplane.streams.codec import decode_event
+from rackplane.streams.audit_agent import AuditAgent, add_audit
 from rackplane.streams.config import StreamConfig
-from rackplane.streams.eventlog import EventLog, is_marker
+from rackplane.streams.eventlog import EventLog
 from rackplane.streams.projection_agent import Projections
 from rackplane.streams.replicas import Replicas, StoreCheckpoints
 from rackplane.streams.senders import FastSender, SharedProducer, sender_for
@@ -263,7 +261,7 @@ def create_app(
 
     sink = audit if audit is not None else _configured_sink(config)
     if sink is not None:
-        _add_audit(app, sink, commands=commands, events=events, rejected=rejected)
+        health.audits = add_audit(app, sink, commands=commands, events=events, rejected=rejected)
 
     commands_topic = commands.get_topic_name()
 
@@ -324,6 +322,7 @@ class Health:
 
     controller: Controller | None = None
     loops: list[TelemetryLoop] = field(default_factory=list)
+    audits: list[AuditAgent] = field(default_factory=list)
     ready: bool = False
 
     def problems(self) -> list[str]:
@@ -337,6 +336,13 @@ class Health:
             out.append(f"controller appends failing for {time.monotonic() - c.failing_since:.0f} s")
         if c is not None and c.replicas.broken:
             out.extend(str(err) for err in c.replicas.broken.values())
+        wall = time.time()  # the audit agents say when in wall-clock time
+        for audit in self.audits:
+            if audit.failing_since is not None:
+                out.append(
+                    f"history writes failing for {wall - audit.failing_since:.0f} s: "
+                    f"{audit.last_error}"
+                )
         return out
 
 
@@ -424,42 +430,6 @@ def _configured_sink(config: StreamConfig) -> AuditSink | None:
 
         return DuckDBAuditSink(config.db)
     return JsonlAuditSink(config.audit_dir) if config.audit_dir else None
-
-
-def _add_audit(app: faust.App, sink: AuditSink, **topics: Any) -> None:
-    feeds = (
-        ("events", decode_event, sink.record_events),
-        ("commands", COMMANDS.validate_json, sink.record_commands),
-        ("rejected", REJECTIONS.validate_json, sink.record_rejections),
-    )
-    for name, parse, record in feeds:
-        app.agent(topics[name], name=f"audit_{name}")(_audit_agent(parse, record))
-
-
-def _audit_agent(parse: Callable[[bytes], Any], record: Callable[[list[Any]], None]) -> Any:
-    async def agent(stream: Any) -> None:
-        async def body() -> None:
-            async for batch in stream.take_events(BATCH, within=0.05):
-                record(_decodable(batch, parse))
-
-        await guarded("audit", body)
-
-    return agent
-
-
-def _decodable(batch: Sequence[Any], parse: Callable[[bytes], Any]) -> list[Any]:
-    """What decodes in a batch, in order; markers and garbage are skipped (the agent that
-    owns the topic sends garbage to `rejected`, which the audit also records)."""
-    out = []
-    for ev in batch:
-        message = ev.message
-        if is_marker(message.headers) or message.value is None:
-            continue
-        try:
-            out.append(parse(message.value))
-        except (ValidationError, ValueError):
-            continue
-    return out
 
 
 def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:

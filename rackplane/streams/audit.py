@@ -2,13 +2,19 @@
 
 `AuditSink` is what the history store implements (DuckDB, issue 6). `JsonlAuditSink` is a
 plain implementation: three JSON-lines files, appended, flushed per batch.
+
+A `record_*` that raises has stored nothing of the batch, so the caller (the audit agent)
+can record the same batch again: the JSONL sink truncates a file back to where the batch
+began when a write fails part-way (a full disk), and a file opened with a torn last line (a
+crash mid-write) is cut back to its last whole line.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
 from rackplane.models import COMMANDS, EVENTS, REJECTIONS, Command, Event, Rejection
 
@@ -31,16 +37,37 @@ class JsonlAuditSink:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, IO[bytes]] = {}
+        self._files: dict[str, int] = {}
+        """name -> file descriptor, opened for appending."""
+
+    def _open(self, name: str) -> int:
+        fd = self._files.get(name)
+        if fd is None:
+            fd = os.open(self.dir / f"{name}.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                _cut_torn_line(fd)
+            except OSError:
+                os.close(fd)
+                raise
+            self._files[name] = fd
+        return fd
 
     def _write(self, name: str, lines: Sequence[bytes]) -> None:
         if not lines:
             return
-        f = self._files.get(name)
-        if f is None:
-            f = self._files[name] = (self.dir / f"{name}.jsonl").open("ab")
-        f.write(b"".join(line + b"\n" for line in lines))
-        f.flush()
+        fd = self._open(name)
+        data = memoryview(b"".join(line + b"\n" for line in lines))
+        start = os.fstat(fd).st_size
+        try:
+            while data:
+                data = data[os.write(fd, data) :]  # a full disk may take part of it, then fail
+        except OSError:
+            try:
+                os.ftruncate(fd, start)  # no half batch, no half line, before the retry
+            except OSError:
+                # the file keeps a tail that the next open cuts back to its last whole line
+                os.close(self._files.pop(name))
+            raise
 
     def record_events(self, events: Sequence[Event]) -> None:
         self._write("events", [EVENTS.dump_json(e) for e in events])
@@ -52,6 +79,23 @@ class JsonlAuditSink:
         self._write("rejections", [REJECTIONS.dump_json(r) for r in rejections])
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
+        for fd in self._files.values():
+            os.close(fd)
         self._files.clear()
+
+
+def _cut_torn_line(fd: int) -> None:
+    """Truncate an append-only JSON-lines file after its last newline (a write that a crash
+    or a full disk cut short leaves a torn last line)."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    end, step = size, 65_536
+    while end > 0:
+        begin = max(0, end - step)
+        newline = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if newline >= 0:
+            os.ftruncate(fd, begin + newline + 1)
+            return
+        end = begin
+    os.ftruncate(fd, 0)

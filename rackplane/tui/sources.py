@@ -13,6 +13,7 @@ The time travel does not depend on the source: the console folds whatever events
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -218,12 +219,14 @@ def history_source(path: Path, *, cluster: str | None = None) -> HistorySource:
     if not path.exists():
         raise SourceError(f"{path}: no such file or folder")
     try:  # lazily: only --db needs the history package
-        from rackplane.history import open_history  # type: ignore[import-not-found,unused-ignore]
+        history = importlib.import_module("rackplane.history")
     except ImportError as err:
         raise SourceError(f"reading a history needs rackplane.history: {err}") from err
+    # Its own errors name the path (a gap: the cluster and the seq too): said as they are.
+    said_plainly: type[Exception] = getattr(history, "HistoryError", SourceError)
 
     try:
-        with open_history(path) as reader:
+        with history.open_history(path) as reader:
             clusters = reader.clusters()
             if cluster is None:
                 if len(clusters) != 1:
@@ -238,6 +241,8 @@ def history_source(path: Path, *, cluster: str | None = None) -> HistorySource:
             rejections = reader.rejections(cluster)
     except SourceError:
         raise
+    except said_plainly as err:
+        raise SourceError(str(err)) from err
     except Exception as err:  # duckdb/parquet errors, said plainly
         raise SourceError(f"{path}: cannot read history: {type(err).__name__}: {err}") from err
     return HistorySource(

@@ -50,3 +50,9 @@ def record(path: Path, policy: str = POLICY, **kw: float) -> Recorded:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     return record(tmp_path_factory.mktemp("history") / "sim.duckdb")
+
+
+@pytest.fixture(scope="module")
+def long_recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    """60 days of the same cluster: over a thousand events."""
+    return record(tmp_path_factory.mktemp("history") / "long.duckdb", days=60)

@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rackplane.history import DuckDBAuditSink, open_history
+from rackplane.history import DuckDBAuditSink, HistoryError, open_history
 from rackplane.history import _schema as schema
 from rackplane.history._rows import GENESIS, chain, chain_all
 from rackplane.history._writer import to_json
@@ -75,7 +75,7 @@ def test_a_chunk_that_fails_to_insert_rolls_back_the_whole_batch(
         heads = dict(sink._heads)
         monkeypatch.setattr("rackplane.history._writer.insert", third_chunk_fails)
         calls = 0
-        with pytest.raises(duckdb.IOException, match="disk full"):
+        with pytest.raises(HistoryError, match="disk full"):
             sink.record_events(events[20:])
         assert calls == 3
         assert sink._heads == heads
@@ -96,7 +96,7 @@ def test_a_message_that_fails_to_serialize_mid_batch_stores_nothing_of_it(
         sink.record_events(events[:10])
         broken = [*events[10:], object()]  # the last chunk cannot be serialized
         with pytest.raises(AttributeError):
-            sink._append("events", broken)  # type: ignore[arg-type]
+            sink._append(sink.con, "events", broken)  # type: ignore[arg-type]
         sink.record_events(events[10:])
     with open_history(path) as reader:
         assert reader.events(events[0].cluster) == events
