@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import faust
 
@@ -41,7 +41,7 @@ from rackplane.streams._append import (
 from rackplane.streams._fatal import guarded
 from rackplane.streams.agents import Appender, Controller, GpuManager, PolicyRunner
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
-from rackplane.streams.audit_agent import AuditAgent, add_audit
+from rackplane.streams.audit_agent import AuditAgent, audit_loop
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import EventLog
 from rackplane.streams.projection_agent import Projections
@@ -188,7 +188,7 @@ def create_app(
         runner = PolicyRunner(POLICIES[name](), replica(), commands_out)
         app.agent(events, name=name)(_policy_agent(runner))
 
-    loops: list[TelemetryLoop] = []
+    loops: list[Loop] = []
     if config.gpu_manager:
         manager = GpuManager(
             classifier or GpuHealthRules(),
@@ -198,17 +198,16 @@ def create_app(
             topic=telemetry.get_topic_name(),
             limit=limit,
         )
-        loops.append(
-            TelemetryLoop(
-                config.kafka_options(),
-                telemetry.get_topic_name(),
-                f"{config.app_id}.telemetry",
-                manager,
-                session_timeout=config.session_timeout,
-                fetch_wait_ms=max(config.fetch_wait_ms, TELEMETRY_FETCH_WAIT_MS),
-            )
+        telemetry_loop = TelemetryLoop(
+            config.kafka_options(),
+            telemetry.get_topic_name(),
+            f"{config.app_id}.telemetry",
+            manager,
+            session_timeout=config.session_timeout,
+            fetch_wait_ms=max(config.fetch_wait_ms, TELEMETRY_FETCH_WAIT_MS),
         )
-        health.loops = loops
+        loops.append(telemetry_loop)
+        health.loops = [telemetry_loop]
 
         @app.agent(events, name="gpu_manager_events")
         async def gpu_manager_events(stream: Any) -> None:
@@ -218,9 +217,16 @@ def create_app(
 
             await guarded("gpu_manager_events", body)
 
+    sink = audit if audit is not None else _configured_sink(config)
+    if sink is not None:
+        where = config.db or config.audit_dir or f"{type(sink).__name__}@{id(sink)}"
+        audit_consumer = audit_loop(config, sink, where=where)
+        loops.append(audit_consumer)
+        health.audits = list(audit_consumer.agents.values())
+
     # Started with the app, not as app tasks (those wait for Faust's partitions): the
-    # telemetry group's join (~3 s on Tansu) then overlaps Faust's own, and the fence ticks
-    # from the start.
+    # telemetry and audit groups' joins (~3 s on Tansu) then overlap Faust's own, and the
+    # fence ticks from the start.
     app.add_dependency(_StartsWithApp(loops, fence))
 
     if config.projections:
@@ -259,10 +265,6 @@ def create_app(
 
     _add_health(app, health)
 
-    sink = audit if audit is not None else _configured_sink(config)
-    if sink is not None:
-        health.audits = add_audit(app, sink, commands=commands, events=events, rejected=rejected)
-
     commands_topic = commands.get_topic_name()
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types no async receiver
@@ -280,7 +282,7 @@ def create_app(
 
         async def announce() -> None:
             # Ready means every consumer of the worker has its partitions, the telemetry
-            # loop's too (its own group).
+            # and audit loops' too (their own groups).
             for loop in loops:
                 await loop.joined.wait()
             _heap.settle(collect=True)
@@ -364,11 +366,21 @@ def _add_health(app: faust.App, health: Health) -> None:
         )
 
 
-class _StartsWithApp(faust.Service):
-    """Runs the telemetry loops and the fence's ticker from the moment the app starts until it
-    stops."""
+class Loop(Protocol):
+    """A loop of the worker outside Faust's consumer (telemetry, audit)."""
 
-    def __init__(self, loops: list[TelemetryLoop], fence: Fence) -> None:
+    joined: asyncio.Event
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class _StartsWithApp(faust.Service):
+    """Runs the worker's own loops and the fence's ticker from the moment the app starts until
+    it stops."""
+
+    def __init__(self, loops: list[Loop], fence: Fence) -> None:
         super().__init__()
         self.loops = loops
         self.fence = fence

@@ -1,52 +1,53 @@
-"""The audit agents: every event, command and rejection into the `AuditSink`, never
-acknowledged before it is stored.
+"""The audit: every event, command and rejection into the `AuditSink`, never committed
+before it is stored, on a consumer of its own.
 
 Theory of operation:
-1. One agent per topic (events, commands, rejected) reads batches (`take_events`) and keeps
-   what decodes, in order; markers and garbage are skipped (the topic's own agent sends
-   garbage to `rejected`, and the audit records that rejection).
-2. It records the batch, and when the write fails (a full disk, a lost file) it retries with
-   backoff (0.1 s doubling to 5 s) until the batch is stored. The body never returns nor
-   raises before: Faust's `take_events` acknowledges a batch as soon as the body gives the
-   batch back, whether it returned or raised (an `await self.ack(...)` in a `finally:`),
-   and an agent restarted after a crash goes on past that batch: that is how a full disk
-   once lost 7,210 events without a trace (issue 15). The sink leaves itself able to record
+1. One consumer (`AuditLoop`), in a group of its own per history (`audit_group`), reads the
+   `events`, `commands` and `rejected` topics in batches; per topic an `AuditAgent` keeps what
+   decodes, in order (markers and garbage are skipped: the topic's own agent sends garbage to
+   `rejected`, and the audit records that rejection).
+2. The agent records its part of the batch, and when the write fails (a full disk, a lost
+   file) it retries with backoff (0.1 s doubling to 5 s) until the batch is stored; only then
+   are the batch's offsets committed. (Issue 15: the audit used to run as Faust agents, and
+   Faust's `take_events` acknowledges a batch whether the body returned or raised; a full
+   disk lost 7,210 events that way without a trace.) The sink leaves itself able to record
    the same batch again (`AuditSink`), so each retry stores it whole or not at all.
-3. The retries stop only when the worker stops (or crashes). The batch is not stored then,
-   and Faust must neither commit its offsets nor wait for it (a stopping Faust app waits
-   for every message it handed out to be acknowledged): the agent marks the batch's
-   messages done without acknowledging them to the consumer (`leave_unacked`), and, for
-   good, every batch after it, since Faust commits past a single unacknowledged message
-   when the next ones are acknowledged. The next worker reads them all again. A cancelled
-   agent (the worker stopping) leaves its batch the same way.
+3. The retries stop only when the worker stops (or crashes): the batch is then neither stored
+   nor committed, and the next worker reads it again. A commit refused because the group
+   moved is harmless: what is read again is deduplicated by the sink.
 4. Operators see one WARNING line when writes start failing (with the error), at most one a
    minute while they keep failing, one INFO line when they recover (the retries and the
    time it took), one WARNING when the worker stops with a batch unstored. `failing_since`
-   and `last_error` tell a health check the same.
+   and `last_error` tell `/ready` the same.
 
-A consequence to know: while an audit agent waits, so does every agent of the worker that
-reads the same topic, once Faust's buffers between them are full (a few thousand messages),
-and the group's committed offsets stay at the batch: the history is never behind without
-the log knowing it.
+Why a consumer of its own: in the worker's Faust consumer, a history that could not write
+held back every agent reading the same topics once Faust's buffers filled (seen: the
+controller stopped ~4,000 events after the disk filled). On its own, it holds back only
+itself; the log keeps everything, so the history catches up when the disk frees.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
+import hashlib
 import json
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
 from pydantic import ValidationError
 
 from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.streams.audit import AuditSink
 from rackplane.streams.codec import decode_event
+from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import is_marker
+from rackplane.streams.telemetry_loop import RETRIABLE_COMMIT
 
 log = logging.getLogger("rackplane.audit")
 
@@ -61,14 +62,13 @@ STOP_POLL = 0.25
 
 
 class AuditAgent:
-    """One topic's audit agent (`add_audit`); call it with a Faust stream to run it.
+    """One topic's audit: decode a batch, store it, retrying until it is stored.
 
     Args:
         name: the agent's name (`audit_events`, ...), in its log lines.
         parse: bytes -> message (raises `ValidationError` or `ValueError` on garbage).
         record: the sink's `record_*` for this topic.
         stopping: True once the worker stops (or crashed): the retries end there.
-        release: called when the agent gives up on a batch (`release_queued`).
         sleep: awaited between retries (tests pass a fake).
         clock: monotonic seconds, for the retry report (tests pass a fake).
         wall: seconds since the epoch, for `failing_since`.
@@ -81,7 +81,6 @@ class AuditAgent:
         record: Callable[[list[Any]], None],
         *,
         stopping: Callable[[], bool] = lambda: False,
-        release: Callable[[], None] = lambda: None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -90,7 +89,6 @@ class AuditAgent:
         self.parse = parse
         self.record = record
         self._stopping = stopping
-        self._release = release
         self._sleep = sleep
         self._clock = clock
         self._wall = wall
@@ -103,23 +101,13 @@ class AuditAgent:
         self.stored = 0
         """Messages handed to the sink and stored, since the start."""
         self.gave_up = False
-        """The worker stopped while a write failed: from then on nothing is acknowledged."""
-
-    async def __call__(self, stream: Any) -> None:
-        async for batch in stream.take_events(BATCH, within=WITHIN):
-            try:
-                stored = not self.gave_up and await self.store(self.decodable(batch))
-            except BaseException:  # cancelled: the worker stops
-                leave_unacked(batch)
-                raise
-            if not stored:
-                leave_unacked(batch)
+        """The worker stopped while a write failed (that batch is not committed)."""
 
     def decodable(self, batch: Sequence[Any]) -> list[Any]:
-        """What decodes in a batch of Faust events, in order (step 1)."""
+        """What decodes in a batch of records (or Faust events), in order (step 1)."""
         out = []
         for ev in batch:
-            message = ev.message
+            message = getattr(ev, "message", ev)
             if is_marker(message.headers) or message.value is None:
                 continue
             try:
@@ -158,7 +146,6 @@ class AuditAgent:
                     )  # fmt: skip
             if not await self._pause(delay):
                 self.gave_up = True
-                self._release()
                 self._log(
                     logging.WARNING, "audit.stopped_unstored", batch=len(items),
                     retries=self.retries, seconds=round(self._clock() - started, 1),
@@ -206,63 +193,133 @@ class AuditAgent:
         log.log(level, json.dumps(line))
 
 
-def leave_unacked(batch: Sequence[Any]) -> None:
-    """Mark each message of `batch` done for Faust without acknowledging it to the consumer
-    (step 3): streams no longer wait for it and their own acks become no-ops, and its offset
-    never joins the consumer's acknowledged offsets, so no commit passes it."""
-    for ev in batch:
-        ev.message.acked = True
+class AuditLoop:
+    """The three audit agents on a consumer of their own (see the module docstring).
+
+    The audit reads `events`, `commands` and `rejected` in its own consumer group
+    (`audit_group`), not through the worker's Faust consumer: a history that cannot write (a
+    full disk) then holds back only itself, while the controller and the policies go on (the
+    log keeps everything, so the history catches up when it can write again). Its group is
+    its own per history file, so a worker recording a history reads every partition of the
+    three topics, whichever partitions the worker's Faust group gave it: the history of a
+    worker of a scaled-out pipeline holds every cluster. Offsets are committed only for what
+    is stored; a redelivery is harmless (the sink dedupes by seq, id and digest).
+    """
+
+    def __init__(
+        self,
+        kafka: dict[str, Any],
+        group: str,
+        agents: dict[str, AuditAgent],
+        *,
+        session_timeout: float,
+        fetch_wait_ms: int,
+        max_fetch_bytes: int,
+    ) -> None:
+        """Args:
+        kafka: connection options (`StreamConfig.kafka_options()`).
+        group: the consumer group (`audit_group`).
+        agents: topic name -> the agent that records it.
+        session_timeout: the group's session, seconds.
+        fetch_wait_ms: the consumer's fetch wait.
+        max_fetch_bytes: the largest record batch it must read (events can be 4 MiB).
+        """
+        self.kafka = kafka
+        self.group = group
+        self.agents = agents
+        self.session_timeout = session_timeout
+        self.fetch_wait_ms = fetch_wait_ms
+        self.max_fetch_bytes = max_fetch_bytes
+        self.stopping = False
+        self.joined = asyncio.Event()
+        self.commit_failures = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run the loop as a task of the current event loop (it stops the worker if it fails)."""
+        from rackplane.streams._fatal import guarded
+
+        self._task = asyncio.get_running_loop().create_task(guarded("audit", self._run))
+
+    async def stop(self) -> None:
+        """Stop after the batch in hand (what is not stored is not committed)."""
+        self.stopping = True
+        if self._task is not None:
+            # A retry in progress sees `stopping` within STOP_POLL and says what it left.
+            await asyncio.wait([self._task], timeout=2 * STOP_POLL)
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        consumer = AIOKafkaConsumer(
+            *self.agents,
+            **self.kafka,
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=int(self.session_timeout * 1000),
+            heartbeat_interval_ms=1_000,
+            fetch_max_wait_ms=max(self.fetch_wait_ms, 50),
+            max_partition_fetch_bytes=self.max_fetch_bytes,
+            fetch_max_bytes=max(52_428_800, self.max_fetch_bytes),
+        )
+        await consumer.start()
+        self.joined.set()
+        try:
+            while not self.stopping:
+                batch = await consumer.getmany(timeout_ms=200, max_records=BATCH)
+                if not batch:
+                    continue
+                done: dict[TopicPartition, OffsetAndMetadata] = {}
+                for topic in self.agents:  # events, then commands, then rejections
+                    records = [r for tp, rs in batch.items() if tp.topic == topic for r in rs]
+                    if not records:
+                        continue
+                    agent = self.agents[topic]
+                    if not await agent.store(agent.decodable(records)):
+                        return  # the worker stops with this unstored: nothing committed
+                for tp, records in batch.items():
+                    done[tp] = OffsetAndMetadata(records[-1].offset + 1, "")
+                try:
+                    await consumer.commit(done)
+                except RETRIABLE_COMMIT as err:  # the group moved: read again, deduped
+                    self.commit_failures += 1
+                    log.info("audit commit refused (%s); going on", type(err).__name__)
+        finally:
+            await consumer.stop()
 
 
-def add_audit(
-    app: faust.App,
-    sink: AuditSink,
-    *,
-    commands: faust.TopicT,
-    events: faust.TopicT,
-    rejected: faust.TopicT,
-) -> list[AuditAgent]:
-    """Add the three audit agents of `sink` to `app`; return them (for a health check)."""
+def audit_group(app_id: str, where: str) -> str:
+    """The audit's consumer group: one per history (`where`: the file or directory), so each
+    history reads every partition and resumes where it stopped."""
+    digest = hashlib.sha256(f"{socket.gethostname()}:{where}".encode()).hexdigest()[:12]
+    return f"{app_id}.audit.{digest}"
+
+
+def audit_loop(config: StreamConfig, sink: AuditSink, *, where: str) -> AuditLoop:
+    """The audit of `sink` for the worker of `config` (see `AuditLoop`)."""
+    loop: AuditLoop | None = None
 
     def stopping() -> bool:
-        return bool(app.should_stop)
+        return loop is not None and loop.stopping
 
-    agents = []
     feeds = (
-        ("audit_events", events, decode_event, sink.record_events),
-        ("audit_commands", commands, COMMANDS.validate_json, sink.record_commands),
-        ("audit_rejected", rejected, REJECTIONS.validate_json, sink.record_rejections),
+        ("events", "audit_events", decode_event, sink.record_events),
+        ("commands", "audit_commands", COMMANDS.validate_json, sink.record_commands),
+        ("rejected", "audit_rejected", REJECTIONS.validate_json, sink.record_rejections),
     )
-    for name, topic, parse, record in feeds:
-        agent = AuditAgent(
-            name, parse, record, stopping=stopping,
-            release=functools.partial(release_queued, app, topic.get_topic_name()),
-        )  # fmt: skip
-        app.agent(topic, name=name)(_body(agent))
-        agents.append(agent)
-    return agents
-
-
-def release_queued(app: faust.App, topic: str) -> None:
-    """Leave unacknowledged every message of `topic` that the app still waits for (step 3).
-
-    A stopping Faust app waits until each message it handed to a stream is acknowledged
-    (`stream_wait_empty`), and the messages queued behind a batch the audit could not store
-    never reach it: Faust has already dropped its queues. They are marked done here, without
-    acknowledging them, so the worker stops and no commit passes them. (Faust keeps them in
-    `Consumer._unacked_messages`, a private set: without it the worker waits to be killed,
-    which loses nothing either.)
-    """
-    pending = getattr(getattr(app, "consumer", None), "_unacked_messages", None)
-    for message in list(pending or ()):
-        if message.topic == topic:
-            message.acked = True
-
-
-def _body(agent: AuditAgent) -> Callable[[Any], Awaitable[None]]:
-    # Faust wants a function of its own per agent (it reads the name, qualname and signature).
-    async def audit(stream: Any) -> None:
-        await agent(stream)
-
-    audit.__name__ = audit.__qualname__ = agent.name
-    return audit
+    agents = {
+        config.topic(topic): AuditAgent(name, parse, record, stopping=stopping)
+        for topic, name, parse, record in feeds
+    }
+    loop = AuditLoop(
+        config.kafka_options(),
+        audit_group(config.app_id, where),
+        agents,
+        session_timeout=config.session_timeout,
+        fetch_wait_ms=config.fetch_wait_ms,
+        max_fetch_bytes=config.max_event_bytes + 65_536,
+    )
+    return loop

@@ -13,16 +13,22 @@ import asyncio
 import itertools
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from faust.types.tuples import ConsumerMessage
 
-from rackplane.streams import audit_agent
-from rackplane.streams.audit_agent import AuditAgent, leave_unacked
-from rackplane.streams.eventlog import MARKER_HEADER
+from rackplane.models import EVENTS
+from rackplane.streams.audit_agent import AuditAgent, audit_loop
+from rackplane.streams.config import StreamConfig
+from rackplane.streams.eventlog import MARKER_HEADER, partition_for
+from rackplane.streams.topics import ensure_topics
+from tests.broker.test_log_integrity import cluster_events
+from tests.conftest import BrokerUnderTest
 
 TOPIC = "t.events"
 
@@ -168,59 +174,90 @@ async def test_the_health_fields_say_since_when_and_why_writes_fail() -> None:
     assert "No space left" in health["last_error"] and health["stored"] == 1
 
 
-async def test_a_batch_is_acknowledged_only_once_it_is_stored() -> None:
-    clock, consumer = Clock(), Offsets()
-    record = FailingRecord(failures=3)
-    acked_during_failures: list[list[int]] = []
-    record.on_call = lambda: acked_during_failures.append(list(consumer.acked))
-    agent = agent_for(record, clock)
-    await agent(FakeStream([batch(range(0, 3)), batch(range(3, 6))], consumer))
-    assert acked_during_failures[:4] == [[], [], [], []]  # the first batch, failing then stored
-    assert acked_during_failures[4] == [0, 1, 2]
-    assert consumer.acked == [0, 1, 2, 3, 4, 5]
-    assert record.stored == ["m0", "m1", "m2", "m3", "m4", "m5"]
-
-
-async def test_a_worker_that_stops_while_writes_fail_acknowledges_nothing_unstored(
+async def test_a_worker_that_stops_while_writes_fail_gives_up_the_batch(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock, consumer = Clock(), Offsets()
+    clock = Clock()
     stopping = False
-    record = FailingRecord(failing=lambda: len(record.calls) > 1)  # the first batch is stored
-    released: list[bool] = []
+    record = FailingRecord(failing=lambda: True)
 
     def calls() -> None:
         nonlocal stopping
-        stopping = len(record.calls) >= 4  # the worker stops during the retries
+        stopping = len(record.calls) >= 3  # the worker stops during the retries
 
     record.on_call = calls
-    agent = agent_for(
-        record, clock, stopping=lambda: stopping, release=lambda: released.append(True)
-    )
-    shared = batch(range(3, 6), streams=2)  # also read by another agent of the worker
-    await agent(FakeStream([batch(range(0, 3)), shared, batch(range(6, 9))], consumer))
-    assert consumer.acked == [0, 1, 2]  # what was stored, nothing after
-    assert agent.gave_up and released == [True] and len(record.calls) == 4
-    for ev in shared:
-        ev.message.ack(consumer)  # the other agent is done with them: still not committable
-    assert consumer.acked == [0, 1, 2]
+    agent = agent_for(record, clock, stopping=lambda: stopping)
+    assert await agent.store(["a"]) is False  # not stored: the loop commits nothing for it
+    assert agent.gave_up and len(record.calls) == 3
     assert [line["event"] for _, line in lines(caplog)][-1] == "audit.stopped_unstored"
 
 
-async def test_a_cancelled_agent_leaves_its_batch_unacknowledged() -> None:
-    consumer = Offsets()
-    record = FailingRecord(failing=lambda: len(record.calls) > 1)
-    agent = AuditAgent("audit_events", json.loads, record)  # real sleeps: 0.1 s, 0.2 s, ...
-    stream = FakeStream([batch(range(0, 2)), batch(range(2, 4))], consumer)
-    task = asyncio.create_task(agent(stream))
-    async with asyncio.timeout(10):
-        while len(record.calls) < 3 and not task.done():
-            await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await stream.gen.aclose()  # what the loop does to the abandoned generator: its finally acks
-    assert consumer.acked == [0, 1]
+@pytest.mark.broker
+async def test_the_audit_loop_commits_only_what_is_stored(broker: BrokerUnderTest) -> None:
+    config = StreamConfig(broker=f"kafka://{broker.bootstrap}", prefix=f"t{uuid.uuid4().hex[:8]}")
+    await ensure_topics(config)
+    sink = ListSink(failing=True)
+    loop = audit_loop(config, sink, where="memory")  # type: ignore[arg-type]
+    events = cluster_events("c", 6)
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for e in events[:3]:
+            await producer.send_and_wait(config.topic("events"), EVENTS.dump_json(e), key=b"c")
+        loop.start()
+        await asyncio.wait_for(loop.joined.wait(), 30)
+        async with asyncio.timeout(30):
+            while sink.calls < 3:  # failing, retried
+                await asyncio.sleep(0.05)
+        assert await _committed(config, loop.group) == -1  # nothing stored, nothing committed
+        sink.failing = False
+        async with asyncio.timeout(30):
+            while await _committed(config, loop.group) < 3:
+                await asyncio.sleep(0.1)
+        for e in events[3:]:
+            await producer.send_and_wait(config.topic("events"), EVENTS.dump_json(e), key=b"c")
+        async with asyncio.timeout(30):
+            while await _committed(config, loop.group) < 6:
+                await asyncio.sleep(0.1)
+    finally:
+        await loop.stop()
+        await producer.stop()
+    assert [e.seq for e in sink.events] == [1, 2, 3, 4, 5, 6]
+
+
+class ListSink:
+    """An `AuditSink` in memory whose writes fail while `failing`."""
+
+    def __init__(self, *, failing: bool) -> None:
+        self.failing = failing
+        self.calls = 0
+        self.events: list[Any] = []
+
+    def record_events(self, events: list[Any]) -> None:
+        self.calls += 1
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        self.events.extend(events)
+
+    def record_commands(self, commands: list[Any]) -> None:
+        pass
+
+    def record_rejections(self, rejections: list[Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def _committed(config: StreamConfig, group: str) -> int:
+    consumer = AIOKafkaConsumer(**config.kafka_options(), group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(config.topic("events"), partition_for("c", config.partitions))
+        offset = await consumer.committed(tp)
+        return -1 if offset is None else int(offset)
+    finally:
+        await consumer.stop()
 
 
 def test_markers_and_garbage_are_skipped_and_the_rest_kept_in_order() -> None:
@@ -229,13 +266,3 @@ def test_markers_and_garbage_are_skipped_and_the_rest_kept_in_order() -> None:
     evs[1].message.headers = [(MARKER_HEADER, b"token")]
     evs[2].message.value = b"{not json"
     assert agent.decodable(evs) == ["m0", "m3"]
-
-
-def test_leaving_a_batch_unacked_makes_later_acks_of_it_no_ops() -> None:
-    consumer = Offsets()
-    evs = batch(range(0, 2))
-    leave_unacked(evs)
-    for ev in evs:
-        assert ev.message.ack(consumer) is False
-    assert consumer.acked == []
-    assert audit_agent.MAX_BACKOFF == 5.0 and audit_agent.FIRST_BACKOFF == 0.1
