@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from pathlib import Path
@@ -90,6 +91,10 @@ def worker(
         ),
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
+    seen_window: Annotated[
+        int | None,
+        typer.Option(min=1, hidden=True, help="Command ids remembered for dedupe (fault suite)."),
+    ] = None,
 ) -> None:
     """Run a pipeline worker: controller, policies, GPU Manager, projections.
 
@@ -119,6 +124,8 @@ def worker(
         log_level=log_level,
     )
     config = s.stream_config()
+    if seen_window is not None:
+        config = dataclasses.replace(config, seen_window=seen_window)
     if config.db and config.audit_dir:
         fail("choose one audit sink: --db FILE (DuckDB) or --audit-dir DIR (JSON lines)")
     if config.exactly_once:

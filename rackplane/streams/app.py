@@ -108,6 +108,7 @@ def create_app(
             config.topic("events"),
             read_committed=exactly_once,
             fetch_wait_ms=config.fetch_wait_ms,
+            seen_window=config.seen_window,
         )
         logs.append(eventlog)
         r = Replicas(eventlog, after_rebuild=_heap.settle)

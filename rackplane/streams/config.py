@@ -108,6 +108,9 @@ class StreamConfig:
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
     db: str | None = None
     """The DuckDB history file the audit sink records into, when set (`rackplane.history`)."""
+    seen_window: int | None = None
+    """Command ids each fresh state remembers for dedupe (None: the core's default,
+    `SEEN_COMMANDS_WINDOW`). Small only in the fault suite (`--seen-window`, hidden)."""
 
     @property
     def bootstrap(self) -> str:

@@ -54,6 +54,7 @@ class EventLog:
         *,
         read_committed: bool = False,
         fetch_wait_ms: int = 50,
+        seen_window: int | None = None,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
@@ -61,11 +62,13 @@ class EventLog:
         read_committed: skip aborted transactions (exactly-once mode writes events in
             transactions).
         fetch_wait_ms: the reader's fetch wait (`StreamConfig.fetch_wait_ms`).
+        seen_window: the dedupe window of the states it rebuilds (`StreamConfig.seen_window`).
         """
         self.kafka = kafka
         self.topic = topic
         self.read_committed = read_committed
         self.fetch_wait_ms = fetch_wait_ms
+        self.seen_window = seen_window
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
@@ -109,7 +112,7 @@ class EventLog:
         tp = TopicPartition(self.topic, partition)
         consumer = self.reader()
         await consumer.start()
-        state, events, skipped = initial_state(cluster), [], 0
+        state, events, skipped = initial_state(cluster, seen_window=self.seen_window), [], 0
         try:
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)

@@ -68,6 +68,8 @@ class WorkerProcess:
             args += ["--audit-dir", c.audit_dir]
         if c.db:
             args += ["--db", c.db]
+        if c.seen_window is not None:
+            args += ["--seen-window", str(c.seen_window)]
         return args
 
     def start(self, *, ready_timeout: float = 90.0) -> Self:
