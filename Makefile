@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka lint bench bench-kafka clean kcat
+.PHONY: up demo test test-kafka test-faults lint bench bench-kafka clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -42,6 +42,13 @@ test: $(VENV)/.dev kcat
 ## test-kafka: the broker contract suite against a real Apache Kafka 4.x (KRaft), fetched with Maven
 test-kafka: $(VENV)/.dev kcat
 	$(BIN)/python scripts/kafka/kafka_server.py run -- $(BIN)/pytest -m broker tests/broker tests/streams
+
+## test-faults: the fault suite (issue 15): brokers killed and paused, workers crashed, bad
+## input; on Apache Kafka 4.x (the suite starts its own) and on the embedded broker where a
+## case applies; each case's counts go to $RACKPLANE_FAULT_REPORT (a directory) when set
+test-faults: $(VENV)/.dev
+	$(BIN)/python scripts/kafka/kafka_server.py fetch
+	$(BIN)/pytest -m faults tests/faults
 
 ## bench: benchmarks; results go to docs/BENCHMARKS.md by hand, with the machine and date
 bench: $(VENV)/.dev

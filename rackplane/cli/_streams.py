@@ -109,10 +109,11 @@ def worker(
         int | None,
         typer.Option(help="Events of a partition between checkpoints (snapshots); 0: none."),
     ] = None,
-    seen_window: Annotated[
-        int | None, typer.Option(hidden=True, help="Command ids a fresh state remembers (tests).")
-    ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
+    seen_window: Annotated[
+        int | None,
+        typer.Option(min=1, hidden=True, help="Command ids remembered for dedupe (fault suite)."),
+    ] = None,
 ) -> None:
     """Run a pipeline worker: controller, policies, GPU Manager, projections.
 

@@ -259,6 +259,14 @@ def restart_cost(state: ClusterState, job: JobState, at: datetime) -> float:
     return job_gpus(state, job) * span.total_seconds() / 3600.0
 
 
-def initial_state(cluster: ClusterId) -> ClusterState:
-    """The state of a cluster before its first event."""
-    return ClusterState(cluster=cluster)
+def initial_state(cluster: ClusterId, *, seen_window: int | None = None) -> ClusterState:
+    """The state of a cluster before its first event.
+
+    Args:
+        cluster: the cluster's id.
+        seen_window: command ids remembered for dedupe (default `SEEN_COMMANDS_WINDOW`; the
+            fault suite makes it small to redeliver a command older than the window).
+    """
+    if seen_window is None:
+        return ClusterState(cluster=cluster)
+    return ClusterState(cluster=cluster, seen=SeenCommands(window=seen_window))

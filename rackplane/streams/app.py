@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import faust
@@ -30,7 +31,7 @@ from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.policies.health import HealthClassifier
-from rackplane.projections import ClusterState, SeenCommands, initial_state, state_digest
+from rackplane.projections import ClusterState, initial_state, state_digest
 from rackplane.streams import _faust_fixes, _heap
 from rackplane.streams._append import (
     BATCH_OVERHEAD,
@@ -308,14 +309,7 @@ def create_app(
 
 def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:
     """The state of a cluster before its first event, with the configured id window."""
-    window = config.seen_window
-    if window is None:
-        return initial_state
-
-    def initial(cluster: str) -> ClusterState:
-        return replace(initial_state(cluster), seen=SeenCommands(window=window))
-
-    return initial
+    return functools.partial(initial_state, seen_window=config.seen_window)
 
 
 @dataclass

@@ -20,6 +20,9 @@ Theory of operation
    retried on new ports.
 5. Stop. SIGTERM to the process group (a clean controlled shutdown), SIGKILL after a timeout;
    the temporary directory is removed (kept, with its path printed, when Kafka failed).
+6. Hurt (the fault suite, tests/faults). `kill()` SIGKILLs the broker and keeps its directory;
+   `restart()` starts it again on the same data directory and ports (so the log survives) and
+   waits until it is ready; `pause()` / `resume()` send SIGSTOP / SIGCONT.
 
 CLI::
 
@@ -294,6 +297,8 @@ class KafkaServer:
         self.work_dir: Path | None = None
         self.port: int | None = None
         self.sasl_port: int | None = None
+        self._ports: tuple[int, int, int] | None = None
+        """Broker, controller and SASL ports of the last start (`restart()` reuses them)."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -368,7 +373,8 @@ class KafkaServer:
             keep_dir: Keep the temporary directory (data and log) for a post-mortem.
         """
         process, self._process = self._process, None
-        if process is not None and process.returncode is None:
+        if process is not None and process.poll() is None:
+            _signal_group(process, signal.SIGCONT)  # a paused broker cannot shut down
             _signal_group(process, signal.SIGTERM)
             try:
                 process.wait(timeout=self.stop_timeout)
@@ -378,12 +384,89 @@ class KafkaServer:
                 process.wait()
         self.port = None
         self.sasl_port = None
+        self._ports = None
         if self.work_dir is not None and not keep_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
             self.work_dir = None
 
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs (it leads its own process group)."""
+        running = self._process is not None and self._process.poll() is None
+        return self._process.pid if running and self._process is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: nothing flushed, no controlled shutdown).
+
+        The directory, its data and the ports are kept for `restart()`.
+
+        Raises:
+            KafkaError: Kafka is not running.
+        """
+        process = self._process
+        if process is None or process.poll() is not None:
+            raise KafkaError("Kafka is not running: nothing to kill")
+        _signal_group(process, signal.SIGCONT)  # a paused broker dies too
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+    def restart(self) -> KafkaServer:
+        """Start the broker again on the same data directory and ports; wait until ready.
+
+        Raises:
+            KafkaError: it was never started, it is still running, or it was not ready within
+                `ready_timeout` seconds (a port taken meanwhile included).
+        """
+        if self.work_dir is None or self._ports is None:
+            raise KafkaError("Kafka was never started: nothing to restart")
+        if self.pid is not None:
+            raise KafkaError("Kafka is still running: kill() it first")
+        started = time.monotonic()
+        port, _, sasl_port = self._ports
+        self._launch(self.work_dir / "server.properties", self.work_dir / "kafka.log")
+        self.port, self.sasl_port = port, sasl_port
+        try:
+            self._wait_ready(port, self.work_dir / "kafka.log")
+        except _PortTaken:
+            raise KafkaError(f"Kafka could not bind its old ports {self._ports} again") from None
+        say(f"Kafka restarted on {self.bootstrap} in {time.monotonic() - started:.1f} s")
+        return self
+
+    def pause(self) -> None:
+        """SIGSTOP the broker's process group: it holds its connections and answers nothing."""
+        if self._process is None or self._process.poll() is not None:
+            raise KafkaError("Kafka is not running: nothing to pause")
+        _signal_group(self._process, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the broker's process group after `pause()`."""
+        if self._process is None or self._process.poll() is not None:
+            raise KafkaError("Kafka is not running: nothing to resume")
+        _signal_group(self._process, signal.SIGCONT)
+
     def _classpath(self) -> str:
         return str(self.jars / "*")
+
+    def _launch(self, properties: Path, log_path: Path) -> None:
+        with log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    self.java,
+                    "-Xms512m",
+                    "-Xmx512m",
+                    "-Djava.awt.headless=true",
+                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                    "-cp",
+                    self._classpath(),
+                    "kafka.Kafka",
+                    str(properties),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.work_dir,
+                start_new_session=True,
+            )
 
     def _start_once(self) -> None:
         self.work_dir = Path(tempfile.mkdtemp(prefix="rackplane-kafka-"))
@@ -420,27 +503,10 @@ class KafkaServer:
             output = "\n".join((fmt.stdout + fmt.stderr).strip().splitlines()[-_TAIL_LINES:])
             raise KafkaError(f"formatting Kafka storage failed (exit {fmt.returncode}):\n{output}")
 
-        with log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                [
-                    self.java,
-                    "-Xms512m",
-                    "-Xmx512m",
-                    "-Djava.awt.headless=true",
-                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
-                    "-cp",
-                    self._classpath(),
-                    "kafka.Kafka",
-                    str(properties),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.work_dir,
-                start_new_session=True,
-            )
+        self._launch(properties, log_path)
         self.port = port
         self.sasl_port = sasl_port
+        self._ports = (port, controller_port, sasl_port)
         self._wait_ready(port, log_path)
 
     def _wait_ready(self, port: int, log_path: Path) -> None:
