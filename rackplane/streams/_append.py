@@ -14,9 +14,10 @@ Theory of operation:
    event loop did not run for longer than the group's session: the process was paused, and
    the group may have given the partition away without it hearing so yet).
 4. Write-time check: the controller is the only writer of its events partitions, so a batch
-   must land right after the previous one, or after markers (records with no value that
-   rebuilding readers append). If anything else sits in between, another writer wrote there:
-   `ForeignWrite` is raised and the partition is reloaded, which names the fork.
+   must land right after the previous one, or after records no reader folds (markers that
+   rebuilding readers append, garbage someone wrote). If an event of the log sits in
+   between, another writer wrote there: `ForeignWrite` is raised, and the controller reloads
+   the partition, whose read judges it (a fork or an inapplicable event breaks its cluster).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rackplane.streams.codec import decode_event
 from rackplane.streams.eventlog import EventLog, is_marker
 from rackplane.streams.senders import SharedProducer
 
@@ -181,12 +183,25 @@ class EventAppender:
                 f"writer's last one ended ({expected})"
             )
         between: list[Any] = await self.eventlog.records(partition, expected, base)
-        foreign = [r.offset for r in between if not is_marker(r.headers)]
+        foreign = [r.offset for r in between if _an_event_of_the_log(r)]
         if foreign:
             raise ForeignWrite(
-                f"{self.topic}[{partition}]: records this writer did not write lie between its "
+                f"{self.topic}[{partition}]: events this writer did not write lie between its "
                 f"batches, at offsets {foreign[:5]}{' ...' if len(foreign) > 5 else ''}"
             )
+
+
+def _an_event_of_the_log(record: Any) -> bool:
+    """True for a record that readers would fold: an event keyed by its cluster. Markers and
+    garbage (undecodable, or keyed by another cluster than it names) are skipped by every
+    reader, so they cannot fork anything."""
+    if not record.value or (record.headers and is_marker(record.headers)):
+        return False
+    try:
+        event = decode_event(record.value)
+    except ValueError:
+        return False
+    return bool(record.key == event.cluster.encode())
 
 
 class TransactionalAppender:

@@ -37,7 +37,7 @@ from rackplane.policies import decide, refuse_oversized
 from rackplane.policies.base import Policy
 from rackplane.policies.health import HealthClassifier
 from rackplane.projections import ClusterState, fold
-from rackplane.streams._append import Decision, Fence, Stalled, decision_bytes
+from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, decision_bytes
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
@@ -86,16 +86,16 @@ class Controller:
        (a redelivery of any age decides nothing); a decision too large for one record batch
        becomes one `CommandRejected` instead.
     3. Append each partition's decisions (`EventAppender`: whole decisions, in order, while the
-       partition is ours) and only then keep the new states.
+       partition is ours) and only then keep the new states. An event someone else wrote
+       among them makes the controller reload the partition, whose read judges it.
     4. Every `checkpoint_every` events of a partition, save a checkpoint of it (snapshots of
        all its clusters, as of its last event) in the background, unless a cluster of it is
        broken: a later rebuild reads that plus the tail.
     5. When the broker fails: drop the batch's partitions (some decisions may have landed),
        wait, rebuild them from the log and go again from step 1; what landed is recognised by
        its position. Past `outage_limit` seconds the worker stops (`Unavailable`). A revoked
-       partition stops the worker too (in flight at a rebalance that did not wait for it),
-       as does a write by another writer among its events: a supervisor restarts it, and the
-       rebuild names the fork.
+       partition stops the worker too (in flight at a rebalance that did not wait for it): a
+       supervisor restarts it, and the rebuild judges the log.
     """
 
     name = "controller"
@@ -143,6 +143,10 @@ class Controller:
         while True:
             try:
                 await self._once(batch, epoch)
+            except ForeignWrite as err:
+                log.error("%s; reloading the partitions to judge them", err)
+                self.replicas.forget(_partitions(batch))
+                continue  # what this writer appended is recognised by position
             except Stalled as err:
                 log.warning("%s; waiting %.0f s for the group to settle", err, self.stall_wait)
                 self.replicas.forget(_partitions(batch))

@@ -143,9 +143,16 @@ def create_app(
         return r
 
     limit = config.max_message_bytes
+    # Two producers: events go in record batches up to max_event_bytes (the events topic takes
+    # them); commands and rejections in the producer's usual small batches, which the other
+    # topics' limits take.
     shared = SharedProducer(
+        config.kafka_options(), max_request_size=limit * 2, idempotent=config.idempotent
+    )
+    appends = SharedProducer(
         config.kafka_options(),
-        max_request_size=max(config.max_event_bytes, limit * 2),
+        max_request_size=config.max_event_bytes,
+        max_batch_size=config.max_event_bytes,
         idempotent=config.idempotent,
     )
     commands_out = sender_for(commands, shared, exactly_once=exactly_once)
@@ -156,7 +163,7 @@ def create_app(
         TransactionalAppender(events)
         if exactly_once
         else EventAppender(
-            shared,
+            appends,
             config.topic("events"),
             controller_replicas.eventlog,
             max_batch_bytes=config.max_event_bytes,
@@ -301,6 +308,7 @@ def create_app(
             await eventlog.stop()
         await store.stop()
         await shared.stop()
+        await appends.stop()
         if sink is not None:
             sink.close()
 

@@ -16,7 +16,8 @@ Theory of operation:
    skips ahead is a *gap*. A fork or a gap stops that cluster's log at the last good event
    (`broken`, with an error naming both offsets): nothing may be written after it until an
    operator has looked. Records that are not events of the partition (undecodable, keyed by
-   another cluster than the one they name, or in the wrong partition) are counted and skipped.
+   another cluster than the one they name, or naming a cluster not registered, other than
+   its registration) are counted and skipped.
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ seq met again is taken for a fork (it cannot be a retry)."""
 def is_marker(headers: Sequence[tuple[str, bytes]] | None) -> bool:
     """True for a marker record (see the module docstring)."""
     return any(k == MARKER_HEADER for k, _ in headers or ())
+
+
+OPENING = frozenset({"TopologyRegistered", "CommandRejected", "CommandIgnored"})
+"""Event types that may come before a cluster's registration: the registration itself, and
+refusals (the controller wrote `CommandRejected(no_topology)` for such commands before it
+sent them to `rejected` instead)."""
+
+
+def opens_a_log(event: Event) -> bool:
+    """True for an event that may be among the first of a cluster not registered yet."""
+    return event.type in OPENING
 
 
 def partition_for(cluster: str, partitions: int) -> int:
@@ -384,9 +396,15 @@ class _Reading:
         if cluster in self.broken:
             return
         found = self.logs.get(cluster)
+        queued = self.pending.get(cluster)
+        registered = (found is not None and found.state.registered) or any(
+            e.type == "TopologyRegistered" for e in queued or ()
+        )
+        if not registered and not opens_a_log(event):
+            self._skip(record, f"cluster {cluster!r} is not registered: not one of its events")
+            return
         if found is None:
             found = self.logs[cluster] = ClusterLog(self.initial(cluster))
-        queued = self.pending.get(cluster)
         seq = queued[-1].seq if queued else found.state.seq
         digest = hashlib.blake2b(raw, digest_size=16).digest()
         if event.seq == seq + 1:

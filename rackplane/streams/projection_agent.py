@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from rackplane.models import Event
+from rackplane.models import Event, Rejection
 from rackplane.projections import (
     ClusterState,
     RackOccupancy,
@@ -23,7 +23,8 @@ from rackplane.projections import (
 )
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event
-from rackplane.streams.rejected import Sender, reject_all
+from rackplane.streams.eventlog import opens_a_log
+from rackplane.streams.rejected import Sender, reject_all, rejection
 from rackplane.streams.replicas import Replicas
 
 log = logging.getLogger("rackplane.projections")
@@ -143,8 +144,8 @@ class Projections:
 
     async def process(self, batch: Sequence[Any]) -> None:
         """Apply the batch; rewrite the table rows it changed."""
-        by_cluster: dict[str, list[Event]] = {}
-        rejections = []
+        by_cluster: dict[str, list[tuple[Event, Any]]] = {}
+        rejections: list[Rejection] = []
         for ev in batch:
             d = decode(ev, decode_event, agent=self.name, topic=self.topic, limit=self.limit)
             if d is None:
@@ -152,11 +153,21 @@ class Projections:
             if d.rejected is not None:
                 rejections.append(d.rejected)
                 continue
-            assert d.value is not None
-            by_cluster.setdefault(d.value.cluster, []).append(d.value)
-        await reject_all(self.rejected, rejections)
-        for cluster, events in by_cluster.items():
+            event = d.value
+            assert event is not None
+            message = getattr(ev, "message", ev)
+            if message.key != event.cluster.encode():
+                rejections.append(
+                    self._refuse(
+                        message, f"keyed {message.key!r}, not by its cluster: not an event"
+                    )
+                )
+                continue
+            by_cluster.setdefault(event.cluster, []).append((event, message))
+        for cluster, items in by_cluster.items():
             state, history = await self.replicas.follow(cluster)
+            known = cluster in self.replicas.states
+            events = self._in_line(state, items, rejections)
             touched = {getattr(e, "job", None) for e in history}
             fresh = bool(history)
             state, applied = self.replicas.advance(state, events)
@@ -164,9 +175,42 @@ class Projections:
                 touched.add(getattr(e, "job", None))
                 touched.update(getattr(e, "victims", ()) or ())
                 fresh = True
-            self.replicas.put(state)
+            if known or state.seq > 0:  # no replica for a name that is no cluster
+                self.replicas.put(state)
             if fresh:
                 self._mirror(state, touched)
+        await reject_all(self.rejected, rejections)
+
+    def _in_line(
+        self, state: ClusterState, items: list[tuple[Event, Any]], rejections: list[Rejection]
+    ) -> list[Event]:
+        """The events that may follow `state` (or are already in it); the others refused."""
+        seq, registered, out = state.seq, state.registered, []
+        for event, message in items:
+            if event.seq <= seq:
+                out.append(event)  # a redelivery: skipped by seq
+                continue
+            if event.seq > seq + 1:
+                why = f"out of sequence: cluster {event.cluster!r} is at seq {seq}"
+            elif not registered and not opens_a_log(event):
+                why = f"cluster {event.cluster!r} is not registered: not one of its events"
+            else:
+                out.append(event)
+                seq, registered = event.seq, registered or event.type == "TopologyRegistered"
+                continue
+            rejections.append(self._refuse(message, why))
+        return out
+
+    def _refuse(self, message: Any, reason: str) -> Rejection:
+        return rejection(
+            raw=message.value,
+            reason=reason,
+            agent=self.name,
+            topic=self.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key if isinstance(message.key, bytes) else None,
+        )
 
     def _mirror(self, state: ClusterState, touched: set[Any]) -> None:
         c = state.cluster

@@ -21,7 +21,13 @@ from typing import Protocol
 
 from rackplane.models import Event
 from rackplane.projections import ClusterState, evolve
-from rackplane.streams.eventlog import EventLog, Inapplicable, LogCorrupt, partition_for
+from rackplane.streams.eventlog import (
+    EventLog,
+    Inapplicable,
+    LogCorrupt,
+    opens_a_log,
+    partition_for,
+)
 from rackplane.streams.snapshots import SnapshotStore
 
 log = logging.getLogger("rackplane.replicas")
@@ -171,6 +177,8 @@ class Replicas:
         for e in events:
             if e.seq != state.seq + 1 or state.cluster in self.broken:
                 continue
+            if not state.registered and not opens_a_log(e):
+                continue  # not an event of any log: the projections agent rejects it
             try:
                 state = evolve(state, e)
             except Exception as err:

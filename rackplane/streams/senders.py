@@ -40,16 +40,21 @@ class SharedProducer:
         kafka: dict[str, Any],
         *,
         max_request_size: int = 1_048_576,
+        max_batch_size: int = 16_384,
         idempotent: bool = True,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
-        max_request_size: the producer's largest request, and its largest record batch.
+        max_request_size: the producer's largest request.
+        max_batch_size: its largest record batch: no more than the smallest
+            `max.message.bytes` of the topics it writes (the broker refuses a larger batch
+            whole, whatever the records in it).
         idempotent: ask for an idempotent producer (falls back, loudly, where the broker has
             none).
         """
         self.kafka = kafka
         self.max_request_size = max_request_size
+        self.max_batch_size = max_batch_size
         self.idempotent = idempotent
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
@@ -60,7 +65,7 @@ class SharedProducer:
             acks="all",
             enable_idempotence=idempotent,
             max_request_size=self.max_request_size,
-            max_batch_size=self.max_request_size,
+            max_batch_size=self.max_batch_size,
         )
 
     async def get(self) -> AIOKafkaProducer:

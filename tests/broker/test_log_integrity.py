@@ -141,7 +141,7 @@ async def test_a_rebuild_from_a_checkpoint_reads_only_the_tail(
     assert [e.seq for e in tail.clusters["c-a"].events] == [7, 8, 9, 10]
 
 
-async def test_an_appender_notices_a_record_it_did_not_write_between_its_batches(
+async def test_an_appender_notices_an_event_it_did_not_write_between_its_batches(
     broker: BrokerUnderTest, new_topic: TopicFactory, new_producer: ProducerFactory
 ) -> None:
     topic = await new_topic(partitions=1)
@@ -154,10 +154,13 @@ async def test_an_appender_notices_a_record_it_did_not_write_between_its_batches
         ends = await appender.append(0, decision[:2], lambda: None)
         assert ends == [0, 1]
         _, marker = await log.end_of(0)  # a reader's marker in between is fine
-        ends = await appender.append(0, decision[2:3], lambda: None)
-        assert ends == [marker + 1]
-        await _write(new_producer, topic, [a[3]])  # someone else writes an event
-        with pytest.raises(ForeignWrite, match=rf"at offsets \[{marker + 2}\]"):
+        producer = await new_producer()
+        for junk in (b"not json", EVENTS.dump_json(a[3])):  # garbage, an event keyed c-b
+            await producer.send_and_wait(topic, junk, key=b"c-b", partition=0)
+        ends = await appender.append(0, decision[2:3], lambda: None)  # no reader folds those
+        assert ends == [marker + 3]
+        await _write(new_producer, topic, [a[3]])  # someone else writes an event of the log
+        with pytest.raises(ForeignWrite, match=rf"at offsets \[{marker + 4}\]"):
             await appender.append(0, decision[3:], lambda: None)
     finally:
         await shared.stop()

@@ -94,6 +94,12 @@ class FaultCase:
         if self.create:
             await create_topics(self.config, events=self.events_topic, commands=self.commands_topic)
         await self.sender.__aenter__()
+        if not self.create:
+            # The worker makes the topics: nothing of the case may touch them before (a
+            # consumer's metadata request auto-creates a topic, with the broker's defaults).
+            await asyncio.gather(*(s.start() for s in self.supervisors))
+            self.follower.start()
+            return self
         self.follower.start()
         await asyncio.gather(*(s.start() for s in self.supervisors))
         return self

@@ -384,7 +384,7 @@ async def check_views(
 
 async def _cluster_views(log: Log, workers: Sequence[Supervisor], cluster: str, v: Verdict) -> None:
     folded = fold_log(log, cluster, v)
-    want = {"cluster": cluster, "seq": folded.seq, "digest": state_digest(folded)}
+    want = {"cluster": cluster, "seq": folded.seq, "digest": state_digest(folded), "broken": None}
     want_racks = [r.model_dump(mode="json") for r in rack_occupancy(folded)]
     held = 0
     for w in workers:

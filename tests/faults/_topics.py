@@ -30,7 +30,8 @@ async def create_topics(
 ) -> None:
     """Create the four topics with `config.partitions`; the events topic with `events`
     (default: unlimited retention), the commands topic with `commands` (default: none)."""
-    settings = {"events": UNLIMITED if events is None else events, "commands": commands or {}}
+    unlimited = {**UNLIMITED, "max.message.bytes": str(config.max_event_bytes)}
+    settings = {"events": unlimited if events is None else events, "commands": commands or {}}
     admin = AIOKafkaAdminClient(**config.kafka_options())
     await admin.start()
     try:

@@ -28,7 +28,7 @@ from rackplane.models import (
     Rejection,
 )
 from rackplane.projections import fold, initial_state
-from rackplane.streams._append import Decision, Fence, Revoked
+from rackplane.streams._append import Decision, Fence, ForeignWrite, Revoked
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams.agents import Controller
 from rackplane.streams.codec import decode_event, encode_command
@@ -302,3 +302,25 @@ async def test_a_forked_log_takes_no_more_commands_and_says_where() -> None:
     (why,) = [x.reason for x in r.rejected.records]
     assert "is forked: seq 2 at offset 1" in why and "at offset 2" in why
     assert late.id not in {e.causation_id for e in r.log.events(c)}
+
+
+async def test_an_event_someone_else_wrote_among_the_batches_makes_the_controller_reload() -> None:
+    r = rig()
+    c = cluster_on(0)
+    await r.send(r.message(register(c)))
+    original = r.appender.append
+    raised: list[bool] = []
+
+    async def once(partition: int, decisions: Any, check: Any) -> list[int]:
+        ends = await original(partition, decisions, check)  # landed, then found a stranger
+        if not raised:
+            raised.append(True)
+            raise ForeignWrite("events this writer did not write lie between its batches")
+        return ends
+
+    r.appender.append = once  # type: ignore[method-assign]
+    loads = r.log.loads
+    command = cordon(c)
+    await r.send(r.message(command))  # no exception: the worker goes on
+    assert r.log.loads == loads + 1  # the partition was read again, and judged
+    assert_one_decision_each(r.log, c, [command])
