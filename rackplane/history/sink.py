@@ -149,6 +149,10 @@ class DuckDBAuditSink:
 
         self._write("rejections", len(rejections), write)
 
+    def last_seqs(self) -> dict[str, int]:
+        """Each cluster's last stored seq (what the audit follows the log from)."""
+        return dict(self._last_seq)
+
     def close(self) -> None:
         """Write what is buffered, checkpoint and release the file. Idempotent.
 

@@ -46,7 +46,7 @@ from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.streams.audit import AuditSink
 from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
-from rackplane.streams.eventlog import is_marker
+from rackplane.streams.eventlog import is_marker, opens_a_log
 from rackplane.streams.telemetry_loop import RETRIABLE_COMMIT
 
 log = logging.getLogger("rackplane.audit")
@@ -105,13 +105,17 @@ class AuditAgent:
 
     def decodable(self, batch: Sequence[Any]) -> list[Any]:
         """What decodes in a batch of records (or Faust events), in order (step 1)."""
+        return [value for _, value in self.decoded(batch)]
+
+    def decoded(self, batch: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """(record, message) for what decodes in a batch, in order."""
         out = []
         for ev in batch:
             message = getattr(ev, "message", ev)
             if is_marker(message.headers) or message.value is None:
                 continue
             try:
-                out.append(self.parse(message.value))
+                out.append((message, self.parse(message.value)))
             except (ValidationError, ValueError):
                 continue
         return out
@@ -215,11 +219,15 @@ class AuditLoop:
         session_timeout: float,
         fetch_wait_ms: int,
         max_fetch_bytes: int,
+        events_topic: str,
+        last_seqs: dict[str, int] | None,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
         group: the consumer group (`audit_group`).
         agents: topic name -> the agent that records it.
+        events_topic: which of them is the event log (followed as a rebuild would).
+        last_seqs: each cluster's last stored seq (None: the sink cannot say).
         session_timeout: the group's session, seconds.
         fetch_wait_ms: the consumer's fetch wait.
         max_fetch_bytes: the largest record batch it must read (events can be 4 MiB).
@@ -233,6 +241,8 @@ class AuditLoop:
         self.stopping = False
         self.joined = asyncio.Event()
         self.commit_failures = 0
+        self.events_topic = events_topic
+        self.log = LogFollower(last_seqs)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -278,7 +288,12 @@ class AuditLoop:
                     if not records:
                         continue
                     agent = self.agents[topic]
-                    if not await agent.store(agent.decodable(records)):
+                    decoded = agent.decoded(records)
+                    if topic == self.events_topic:
+                        items = self.log.follow(decoded)
+                    else:
+                        items = [value for _, value in decoded]
+                    if not await agent.store(items):
                         return  # the worker stops with this unstored: nothing committed
                 for tp, records in batch.items():
                     done[tp] = OffsetAndMetadata(records[-1].offset + 1, "")
@@ -321,5 +336,42 @@ def audit_loop(config: StreamConfig, sink: AuditSink, *, where: str) -> AuditLoo
         session_timeout=config.session_timeout,
         fetch_wait_ms=config.fetch_wait_ms,
         max_fetch_bytes=config.max_event_bytes + 65_536,
+        events_topic=config.topic("events"),
+        last_seqs=last() if callable(last := getattr(sink, "last_seqs", None)) else None,
     )
     return loop
+
+
+class LogFollower:
+    """Which records of the events topic are events of the log, as a rebuild judges them
+    (`eventlog._Reading`): keyed by their cluster; of a cluster whose log they continue, or
+    the first of a cluster (its registration). Anything else someone wrote to the topic
+    (a forged cluster's events, far-ahead seqs) stays out of the history; the projections
+    agent sends it to `rejected`. A seq already stored passes (the sink dedupes it)."""
+
+    def __init__(self, last_seqs: dict[str, int] | None) -> None:
+        self.judged = last_seqs is not None
+        self.last: dict[str, int] = dict(last_seqs or {})
+        self.skipped = 0
+
+    def follow(self, decoded: Sequence[tuple[Any, Any]]) -> list[Any]:
+        """The events of `decoded` ((record, event) pairs, in topic order) that are the log's."""
+        out = []
+        for record, event in decoded:
+            if record.key != event.cluster.encode():
+                self.skipped += 1
+                continue
+            last = self.last.get(event.cluster)
+            if last is None and not self.judged:
+                self.last[event.cluster] = event.seq  # no state to judge by: from here on
+                out.append(event)
+                continue
+            last = last or 0
+            if event.seq <= last:
+                out.append(event)  # stored already: the sink dedupes it
+            elif event.seq == last + 1 and (last > 0 or opens_a_log(event)):
+                self.last[event.cluster] = event.seq
+                out.append(event)
+            else:
+                self.skipped += 1
+        return out

@@ -266,3 +266,25 @@ def test_markers_and_garbage_are_skipped_and_the_rest_kept_in_order() -> None:
     evs[1].message.headers = [(MARKER_HEADER, b"token")]
     evs[2].message.value = b"{not json"
     assert agent.decodable(evs) == ["m0", "m3"]
+
+
+def test_the_history_follows_the_log_and_leaves_out_what_no_rebuild_would_fold() -> None:
+    from types import SimpleNamespace
+
+    from rackplane.streams.audit_agent import LogFollower
+
+    log = cluster_events("c", 4)  # a registration, then cordons
+    ghost = log[1].model_copy(update={"cluster": "ghost", "id": "ghost/1", "seq": 1})
+    far = log[1].model_copy(update={"seq": 10**9, "id": f"c/{10**9}"})
+
+    def rec(event: Any, key: str | None = None) -> tuple[Any, Any]:
+        return SimpleNamespace(key=(key or event.cluster).encode()), event
+
+    follower = LogFollower({"c": 2})  # the history holds c up to seq 2
+    kept = follower.follow(
+        [rec(log[1]), rec(log[2]), rec(ghost), rec(far), rec(log[3], key="other"), rec(log[3])]
+    )
+    assert kept == [log[1], log[2], log[3]]  # a stored seq (deduped later), then the next ones
+    assert follower.skipped == 3
+    fresh = LogFollower({})
+    assert fresh.follow([rec(ghost), rec(log[0]), rec(log[1])]) == [log[0], log[1]]
