@@ -41,7 +41,7 @@ from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, de
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
-from rackplane.streams.rejected import Sender, reject_all, rejection
+from rackplane.streams.rejected import Sender, reject_all, rejection, send_all
 from rackplane.streams.replicas import Replicas
 from rackplane.streams.snapshots import Checkpoint, Snapshot, SnapshotStore
 
@@ -63,13 +63,6 @@ class Appender(Protocol):
     async def append(
         self, partition: int, decisions: Sequence[Decision], check: Callable[[], None]
     ) -> list[int]: ...
-
-
-async def _settle(pending: list[Any]) -> None:
-    """Wait until the broker acknowledged everything sent (raises if a send failed)."""
-    if pending:
-        await asyncio.gather(*pending)
-        pending.clear()
 
 
 class Controller:
@@ -175,6 +168,7 @@ class Controller:
                     self.retries,
                 )
                 self.failing_since = None
+                self.retries = 0
             return
 
     async def _once(self, batch: Sequence[Any], epoch: int) -> None:
@@ -380,7 +374,7 @@ class PolicyRunner:
     async def process(self, batch: Sequence[Any]) -> None:
         """Fold the batch per cluster, then let the policy propose once per cluster."""
         by_cluster = _events_by_cluster(batch)
-        pending: list[Any] = []
+        out: list[tuple[bytes, bytes]] = []
         for cluster, events in by_cluster.items():
             state, history = await self.replicas.follow(cluster)
             if cluster in self.replicas.broken:
@@ -400,10 +394,8 @@ class PolicyRunner:
                 if self._in_flight(command):
                     self.suppressed += 1
                     continue
-                pending.append(
-                    await self.commands.send(key=cluster.encode(), value=encode_command(command))
-                )
-        await _settle(pending)
+                out.append((cluster.encode(), encode_command(command)))
+        await send_all(self.commands, out, what=f"{self.name}'s proposals")
 
     def _settled(self, events: Sequence[Event]) -> None:
         done = {e.causation_id for e in events}
@@ -492,7 +484,7 @@ class GpuManager:
 
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
         """Classify each sample; report a node whose verdict changed."""
-        pending: list[Any] = []
+        out: list[tuple[bytes, bytes]] = []
         rejections: list[Rejection] = []
         states = self.replicas.states
         for ev in batch:
@@ -545,8 +537,6 @@ class GpuManager:
                 health=verdict.health,
                 cause=verdict.cause,
             )
-            pending.append(
-                await self.commands.send(key=sample.cluster.encode(), value=encode_command(command))
-            )
+            out.append((sample.cluster.encode(), encode_command(command)))
         await reject_all(self.rejected, rejections)
-        await _settle(pending)
+        await send_all(self.commands, out, what="health reports")

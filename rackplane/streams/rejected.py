@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from rackplane.models import REJECTIONS, Rejection
 from rackplane.models._text import LABEL_MAX, NOTE_MAX, describe_error, printable
 from rackplane.models.rejection import RAW_KEPT
+from rackplane.streams._fatal import Unavailable
 
 log = logging.getLogger("rackplane.rejected")
 
@@ -87,8 +90,7 @@ async def reject(sender: Sender, record: Rejection) -> None:
 
 async def reject_all(sender: Sender, records: Sequence[Rejection]) -> None:
     """Send every record (see `reject`), all in flight at once; return when all are
-    acknowledged."""
-    pending = []
+    acknowledged (retried through an outage, as `send_all`)."""
     for record in records:
         log.info(
             "rejected %s[%s]@%s by %s: %s",
@@ -98,10 +100,42 @@ async def reject_all(sender: Sender, records: Sequence[Rejection]) -> None:
             record.agent,
             record.reason,
         )
-        fut = await sender.send(
-            key=record.source_topic.encode(), value=REJECTIONS.dump_json(record)
-        )
-        if hasattr(fut, "__await__"):
-            pending.append(fut)
-    if pending:
-        await asyncio.gather(*pending)
+    await send_all(
+        sender,
+        [(r.source_topic.encode(), REJECTIONS.dump_json(r)) for r in records],
+        what="rejections",
+    )
+
+
+SEND_OUTAGE_LIMIT = 300.0
+"""Seconds `send_all` retries before the worker stops (as the controller's `outage_limit`)."""
+
+
+async def send_all(
+    sender: Sender,
+    records: Sequence[tuple[bytes, bytes]],
+    *,
+    what: str,
+    outage_limit: float = SEND_OUTAGE_LIMIT,
+) -> None:
+    """Send every (key, value) and return once the broker acknowledged them all. A failed
+    send sends them all again, with backoff (0.1 s doubling to 5 s): what they carry is
+    idempotent (command ids derived from what caused them), so a copy that landed twice is
+    one decision. Past `outage_limit` seconds: `Unavailable` (the worker stops)."""
+    delay, started = 0.1, time.monotonic()
+    while True:
+        try:
+            pending = [await sender.send(key=k, value=v) for k, v in records]
+            if pending:
+                await asyncio.gather(*pending)
+            return
+        except (KafkaError, OSError, TimeoutError) as err:
+            waited = time.monotonic() - started
+            if waited > outage_limit:
+                raise Unavailable(
+                    f"the broker refused {what} for {waited:.0f} s: {type(err).__name__}: {err}"
+                ) from err
+            if delay == 0.1:
+                log.warning("sending %s failed (%s: %s); retrying", what, type(err).__name__, err)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
