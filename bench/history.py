@@ -24,11 +24,12 @@ Run on its own: `python -m bench.history` (`--events N`, `--batch N`, `--json FI
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,12 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def synthetic_history(n: int, racks: int = 128) -> list[Event]:
     """A valid log of about `n` events (see the module docstring)."""
+    return list(itertools.islice(synthetic_log(racks), n))
+
+
+def synthetic_log(racks: int = 128) -> Iterator[Event]:
+    """The log of `synthetic_history`, one event at a time, for ever (bench.rebuild streams
+    10M events onto a broker: they do not fit in memory as objects)."""
     rack_list = [
         Rack(
             id=f"r{r:04d}",
@@ -70,7 +77,6 @@ def synthetic_history(n: int, racks: int = 128) -> list[Event]:
         for r in range(racks)
     ]
     topology = Topology(cluster=CLUSTER, racks=tuple(rack_list))
-    events: list[Event] = []
     at = T0
     seq = 0
 
@@ -80,11 +86,11 @@ def synthetic_history(n: int, racks: int = 128) -> list[Event]:
         at += timedelta(seconds=1)
         return {"id": f"{CLUSTER}/{seq}", "cluster": CLUSTER, "seq": seq, "at": at}
 
-    events.append(TopologyRegistered(**env(), actor="operator", topology=topology,
-                                     settings=PolicySettings()))  # fmt: skip
+    yield TopologyRegistered(**env(), actor="operator", topology=topology,
+                             settings=PolicySettings())  # fmt: skip
     job = 0
     rnd = 0
-    while len(events) < n:
+    while True:
         rnd += 1
         placed = []
         for r in rack_list:
@@ -92,20 +98,19 @@ def synthetic_history(n: int, racks: int = 128) -> list[Event]:
             jid = f"j{job}"
             nodes = r.nodes[:16]
             spec = JobSpec(id=jid, nodes=16, slice_size=16, expected_duration=timedelta(hours=2))
-            events.append(JobSubmitted(**env(), actor="user", causation_id=f"s{job}", job=spec))
-            events.append(JobPlaced(**env(), actor="policy:tas", causation_id=f"tas:{job}",
-                                    job=jid, slices=(PlacedSlice(index=0, nodes=nodes,
-                                    racks=(r.id,)),), explanation="best fit by rack"))  # fmt: skip
-            events.append(JobStarted(**env(), actor="runtime", job=jid))
+            yield JobSubmitted(**env(), actor="user", causation_id=f"s{job}", job=spec)
+            yield JobPlaced(**env(), actor="policy:tas", causation_id=f"tas:{job}",
+                            job=jid, slices=(PlacedSlice(index=0, nodes=nodes,
+                            racks=(r.id,)),), explanation="best fit by rack")  # fmt: skip
+            yield JobStarted(**env(), actor="runtime", job=jid)
             placed.append((jid, nodes))
         if rnd % 4 == 0:
             r = rack_list[rnd % racks]
-            events.append(NodeFailed(**env(), actor="gpu_manager", node=r.nodes[17], rack=r.id,
-                                     cause="XID 79"))  # fmt: skip
-            events.append(NodeRepaired(**env(), actor="operator", node=r.nodes[17], rack=r.id))
+            yield NodeFailed(**env(), actor="gpu_manager", node=r.nodes[17], rack=r.id,
+                             cause="XID 79")  # fmt: skip
+            yield NodeRepaired(**env(), actor="operator", node=r.nodes[17], rack=r.id)
         for jid, nodes in placed:
-            events.append(JobCompleted(**env(), actor="runtime", job=jid, released=nodes))
-    return events[:n]
+            yield JobCompleted(**env(), actor="runtime", job=jid, released=nodes)
 
 
 class _Clock:

@@ -1,10 +1,10 @@
 """Rebuild: how long a worker takes to get a partition's states back after a restart, as the
 log grows (1M and 10M events), with a checkpoint and without.
 
-The log is `bench.history`'s synthetic one (a 128-rack cluster; rounds in which every rack gets
-a 16-node job, submitted, placed, started, then completed; a node failed and repaired every
-few rounds; four events per job), streamed onto a 1-partition events topic in record batches
-as it is generated (10M events do not fit in memory as objects). The state is folded along the
+The log is `bench.history`'s synthetic one (`synthetic_log`: a 128-rack cluster; rounds in
+which every rack gets a 16-node job, submitted, placed, started, then completed; a node failed
+and repaired every few rounds; four events per job), streamed onto a 1-partition events topic
+in record batches as it is generated (10M events do not fit in memory as objects). The state is folded along the
 way; at `n - tail` events (the controller checkpoints every 10,000 events, so `tail` is what a
 restart after the worst moment reads) a checkpoint of the partition is saved through
 `SnapshotStore`, as the controller does. Note what the state holds at 10M events: ~2.5M
@@ -29,30 +29,16 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from datetime import timedelta
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from bench.history import CLUSTER, T0
+from bench.history import CLUSTER, synthetic_log
 from rackplane.models import (
     EVENTS,
-    Event,
-    JobCompleted,
-    JobPlaced,
-    JobSpec,
-    JobStarted,
-    JobSubmitted,
-    NodeFailed,
-    NodeRepaired,
-    PlacedSlice,
-    PolicySettings,
-    Rack,
-    Topology,
-    TopologyRegistered,
 )
 from rackplane.projections import ClusterState, fold, initial_state
 from rackplane.projections.snapshot import encode_state
@@ -69,49 +55,6 @@ Progress = Callable[[str], None]
 CHUNK = 20_000
 """Events generated, encoded, sent and folded at a time."""
 MAX_BYTES = 4 * 1_048_576
-
-
-def synthetic_log(racks: int = 128) -> Iterator[Event]:
-    """`bench.history.synthetic_history`'s log, one event at a time, for ever."""
-    rack_list = [
-        Rack(id=f"r{r:04d}", pod=f"p{r // 8:03d}", nodes=tuple(f"r{r:04d}n{i:02d}" for i in range(18)))  # noqa: E501
-        for r in range(racks)
-    ]  # fmt: skip
-    seq, at = 0, T0
-
-    def env() -> dict[str, Any]:
-        nonlocal seq, at
-        seq += 1
-        at += timedelta(seconds=1)
-        return {"id": f"{CLUSTER}/{seq}", "cluster": CLUSTER, "seq": seq, "at": at}
-
-    topology = Topology(cluster=CLUSTER, racks=tuple(rack_list))
-    yield TopologyRegistered(
-        **env(), actor="operator", topology=topology, settings=PolicySettings()
-    )
-    job = rnd = 0
-    while True:
-        rnd += 1
-        placed = []
-        for r in rack_list:
-            job += 1
-            jid, nodes = f"j{job}", r.nodes[:16]
-            spec = JobSpec(id=jid, nodes=16, slice_size=16, expected_duration=timedelta(hours=2))
-            yield JobSubmitted(**env(), actor="user", causation_id=f"s{job}", job=spec)
-            yield JobPlaced(**env(), actor="policy:tas", causation_id=f"tas:{job}", job=jid,
-                            slices=(PlacedSlice(index=0, nodes=nodes, racks=(r.id,)),),
-                            explanation="best fit by rack")  # fmt: skip
-            yield JobStarted(**env(), actor="runtime", causation_id=f"start:{job}", job=jid)
-            placed.append((jid, nodes))
-        if rnd % 4 == 0:
-            r = rack_list[rnd % racks]
-            yield NodeFailed(**env(), actor="gpu_manager", causation_id=f"f{rnd}",
-                             node=r.nodes[17], rack=r.id, cause="XID 79")  # fmt: skip
-            yield NodeRepaired(**env(), actor="operator", causation_id=f"r{rnd}",
-                               node=r.nodes[17], rack=r.id)  # fmt: skip
-        for jid, nodes in placed:
-            yield JobCompleted(**env(), actor="runtime", causation_id=f"done:{jid}", job=jid,
-                               released=nodes)  # fmt: skip
 
 
 async def write_log(

@@ -41,7 +41,7 @@ from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, de
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
-from rackplane.streams.rejected import Sender, reject_all, rejection, send_all
+from rackplane.streams.rejected import Sender, reject_all, rejection, rejection_of, send_all
 from rackplane.streams.replicas import Replicas
 from rackplane.streams.snapshots import Checkpoint, Snapshot, SnapshotStore
 
@@ -321,16 +321,7 @@ class Controller:
         )
 
     def _rejection(self, message: Any, reason: str) -> Rejection:
-        key = message.key if isinstance(message.key, bytes) else None
-        return rejection(
-            raw=message.value,
-            reason=reason,
-            agent=self.name,
-            topic=self.topic,
-            partition=message.partition,
-            offset=message.offset,
-            key=key,
-        )
+        return rejection_of(message, reason, agent=self.name, topic=self.topic)
 
 
 def _partitions(batch: Sequence[Any]) -> set[int]:

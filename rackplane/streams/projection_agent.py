@@ -24,7 +24,7 @@ from rackplane.projections import (
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event
 from rackplane.streams.eventlog import opens_a_log
-from rackplane.streams.rejected import Sender, reject_all, rejection
+from rackplane.streams.rejected import Sender, reject_all, rejection_of
 from rackplane.streams.replicas import Replicas
 
 log = logging.getLogger("rackplane.projections")
@@ -202,15 +202,7 @@ class Projections:
         return out
 
     def _refuse(self, message: Any, reason: str) -> Rejection:
-        return rejection(
-            raw=message.value,
-            reason=reason,
-            agent=self.name,
-            topic=self.topic,
-            partition=message.partition,
-            offset=message.offset,
-            key=message.key if isinstance(message.key, bytes) else None,
-        )
+        return rejection_of(message, reason, agent=self.name, topic=self.topic)
 
     def _mirror(self, state: ClusterState, touched: set[Any]) -> None:
         c = state.cluster

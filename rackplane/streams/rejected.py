@@ -75,17 +75,22 @@ def rejection(
 
 async def reject(sender: Sender, record: Rejection) -> None:
     """Send `record` to the rejected topic (keyed by source topic), and log it quietly."""
-    log.info(
-        "rejected %s[%s]@%s by %s: %s",
-        record.source_topic,
-        record.partition,
-        record.offset,
-        record.agent,
-        record.reason,
+    await reject_all(sender, [record])
+
+
+def rejection_of(message: Any, reason: str, *, agent: str, topic: str) -> Rejection:
+    """The record for a consumed `message` (a Faust message or an aiokafka record) refused
+    for `reason` after it decoded."""
+    key = message.key if isinstance(message.key, bytes) else None
+    return rejection(
+        raw=message.value,
+        reason=reason,
+        agent=agent,
+        topic=topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=key,
     )
-    fut = await sender.send(key=record.source_topic.encode(), value=REJECTIONS.dump_json(record))
-    if hasattr(fut, "__await__"):
-        await fut
 
 
 async def reject_all(sender: Sender, records: Sequence[Rejection]) -> None:
