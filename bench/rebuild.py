@@ -4,10 +4,10 @@ log grows (1M and 10M events), with a checkpoint and without.
 The log is `bench.history`'s synthetic one (`synthetic_log`: a 128-rack cluster; rounds in
 which every rack gets a 16-node job, submitted, placed, started, then completed; a node failed
 and repaired every few rounds; four events per job), streamed onto a 1-partition events topic
-in record batches as it is generated (10M events do not fit in memory as objects). The state is folded along the
-way; at `n - tail` events (the controller checkpoints every 10,000 events, so `tail` is what a
-restart after the worst moment reads) a checkpoint of the partition is saved through
-`SnapshotStore`, as the controller does. Note what the state holds at 10M events: ~2.5M
+in record batches as it is generated (10M events do not fit in memory as objects). The state
+is folded along the way; at `n - tail` events a checkpoint of the partition is saved through
+`SnapshotStore`, as the controller does (it checkpoints every 10,000 events, so `tail` is what
+a restart at the worst moment reads). Note what the state holds at 10M events: ~2.5M
 finished jobs (`ClusterState.finished` keeps every job id ever finished) and a full id window.
 
 Measured, each by a fresh `Replicas` (what a restarted worker's agents build):
