@@ -1,5 +1,5 @@
-"""Apache Kafka killed for 30 s, or paused twice for 30 s, under load (Kafka only: Tansu keeps its log in
-memory, so a killed Tansu is an empty broker, not an outage).
+"""Apache Kafka killed for 30 s, or paused twice for 30 s, under load (Kafka only: Tansu keeps
+its log in memory, so a killed Tansu is an empty broker, not an outage).
 
 Issue 15 measured on cc19f39: killed and restarted 30 s later, 2,663 of 4,748 acknowledged
 commands missing from the rebuilt state and 1,769 seqs with two different events; paused
