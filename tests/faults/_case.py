@@ -144,14 +144,14 @@ class FaultCase:
         """Stop the load, let the log settle, check everything, write the report."""
         await self.stop_load()
         await self.sender.drain()
-        stall = 25.0
+        bounds: dict[str, float] = {}
         if probe:
             outcome = await self.settle()
             self.load.probes()
             await self.sender.drain()
-            if outcome.startswith("stalled"):  # already waited once for what is lost
-                stall = 10.0
-        await self.settle(stall=stall)
+            if outcome != "settled":  # already waited once for what is lost or looping
+                bounds = {"stall": 10.0, "timeout": 30.0}
+        await self.settle(**bounds)
         v = await check_all(
             self.name,
             self.config,

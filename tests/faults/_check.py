@@ -59,6 +59,22 @@ from tests.faults._topics import partition_counts
 from tests.faults._worker import Supervisor, get_json, get_text, metric_clusters
 
 VIEW_WAIT_S = 20.0
+REPORTED = (
+    "sent_commands",
+    "acked_commands",
+    "decided",
+    "events",
+    "faults_injected",
+    "worker_restarts",
+    "bad_inputs_tried",
+    "lost",
+    "decided_twice",
+    "forked",
+    "gaps",
+    "duplicates",
+    "history_missing",
+)
+"""Counts every report carries, 0 when nothing happened."""
 MAX_PROBLEMS = 40
 
 
@@ -134,10 +150,11 @@ class Verdict:
 
     def write(self, directory: Path) -> Path:
         path = directory / f"{self.case}.json"
+        counts = dict.fromkeys(REPORTED, 0) | dict(self.counts)
         body = {
             "case": self.case,
             "passed": not self.problems,
-            "counts": dict(sorted(self.counts.items())),
+            "counts": dict(sorted(counts.items())),
             **self.facts,
             "problems": self.problems[:MAX_PROBLEMS],
             "problems_total": len(self.problems),
@@ -280,6 +297,7 @@ def check_decisions(
             v.counts["decided_twice"] += 1
             v.problem(f"{cluster}: command {cause} decided more than once: seqs {sorted(seqs)[:8]}")
 
+    in_topic = {(r.partition, r.offset) for r in commands}
     ours: set[tuple[str, int, int]] = set()
     for s in sent:
         v.counts[f"sent_{s.topic}"] += 1
@@ -299,6 +317,11 @@ def check_decisions(
             continue
         decided = log.caused.get((s.cluster or "", s.command_id or ""), [])
         reasons = [reason for p, o in where for reason in rejected.get((s.topic, p, o), [])]
+        if s.topic == "commands" and not any(w in in_topic for w in where):
+            # the broker acknowledged a record it does not hold: a broker's loss, not the
+            # worker's (still counted lost)
+            v.counts["acked_not_in_topic"] += 1
+            v.problem(f"{s.kind} {s.command_id}: acknowledged at {where}, not in the topic")
         _hold(s, decided, reasons, v)
 
     for r in commands:  # the policies' and the GPU Manager's commands, and any other

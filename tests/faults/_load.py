@@ -385,7 +385,7 @@ class Follower:
         *,
         quiet: float = 3.0,
         stall: float = 25.0,
-        timeout: float = 150.0,
+        timeout: float = 90.0,
     ) -> dict[str, Any]:
         """Wait until every acknowledged record that expects an answer has one and the log
         has been quiet for `quiet` s; give up when nothing moved for `stall` s (the rest is

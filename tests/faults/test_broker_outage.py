@@ -1,5 +1,5 @@
-"""Apache Kafka killed or paused for 30 s under load (Kafka only: Tansu keeps its log in
-memory, so a killed Tansu is an empty broker, not an outage).
+"""Apache Kafka killed for 30 s, or paused twice for 30 s, under load (Kafka only: Tansu keeps
+its log in memory, so a killed Tansu is an empty broker, not an outage).
 
 Issue 15 measured on cc19f39: killed and restarted 30 s later, 2,663 of 4,748 acknowledged
 commands missing from the rebuilt state and 1,769 seqs with two different events; paused
@@ -29,6 +29,10 @@ AFTER_S = 10.0
 FAILING = ("r3-n5", "r3-n4", "r2-n5")
 """Nodes of the first cluster the load leaves alone: the failure samples' story."""
 FAILED_WITHIN_S = 30.0
+PAUSES = 2
+"""What a pause breaks depends on where each loop was when it began (the telemetry loop dies
+when a commit of its is in flight): issue 15's failures showed after one 30 s pause in 2 of
+3 runs on cc19f39, so the case pauses twice."""
 
 
 async def test_kafka_killed_and_restarted_30_s_later_loses_and_forks_nothing(
@@ -57,11 +61,12 @@ async def test_kafka_paused_30_s_loses_nothing_and_failures_still_become_node_fa
     ) as case:
         await case.start_load()
         await asyncio.sleep(BEFORE_S)
-        own_kafka.server.pause()
-        case.fault("kafka SIGSTOP", paused_s=OUTAGE_S)
-        await asyncio.sleep(OUTAGE_S)
-        own_kafka.server.resume()
-        await asyncio.sleep(AFTER_S)
+        for _ in range(PAUSES):
+            own_kafka.server.pause()
+            case.fault("kafka SIGSTOP", paused_s=OUTAGE_S)
+            await asyncio.sleep(OUTAGE_S)
+            own_kafka.server.resume()
+            await asyncio.sleep(AFTER_S)
         await failures_become_node_failed(case)
         verdict = await case.finish()
     assert not verdict.problems, verdict.describe()

@@ -57,7 +57,7 @@ async def test_a_full_disk_under_the_history_for_30_s_loses_nothing_from_it(
         }
         case.worker.fsize_limit = None
         case.worker.apply_fsize_limit()
-        await asyncio.sleep(10)
+        await asyncio.sleep(6)
         log = case.worker.worker.log_text()
         case.verdict.facts["disk"] = {
             "limit_bytes": limit,

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from rackplane.cli import app
+from rackplane.projections import initial_state
+from rackplane.projections.state import SEEN_COMMANDS_WINDOW
 from rackplane.streams import EmbeddedBroker
+from rackplane.streams.config import StreamConfig
+from rackplane.streams.process import WorkerProcess
 
 runner = CliRunner()
 
@@ -28,3 +34,17 @@ def test_an_unknown_policy_is_refused() -> None:
     result = runner.invoke(app, ["worker", "--policies", "tas,magic"])
     assert result.exit_code == 2
     assert "magic" in result.stderr
+
+
+def test_the_dedupe_window_reaches_the_worker_command_line_and_stays_out_of_help(
+    tmp_path: Path,
+) -> None:
+    argv = WorkerProcess(StreamConfig(seen_window=7), data_dir=tmp_path).argv()
+    assert argv[argv.index("--seen-window") + 1] == "7"
+    assert "--seen-window" not in WorkerProcess(StreamConfig(), data_dir=tmp_path).argv()
+    assert "--seen-window" not in runner.invoke(app, ["worker", "--help"]).output
+
+
+def test_a_fresh_state_takes_the_dedupe_window_it_is_given() -> None:
+    assert initial_state("c1", seen_window=3).seen.window == 3
+    assert initial_state("c1").seen.window == SEEN_COMMANDS_WINDOW
