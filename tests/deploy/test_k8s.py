@@ -137,3 +137,11 @@ def test_mounted_config_maps_exist_and_hold_a_valid_config_and_cluster_file(
     (deployment,) = of_kind("Deployment")
     assert deployment["spec"]["replicas"] <= settings.partitions
     assert yaml.safe_load(data["rackplane.yaml"])  # a mapping, not a string
+
+
+def test_the_workers_probes_ask_the_worker_whether_it_is_alive_and_ready() -> None:
+    (spec,) = [s for name, s in pod_specs() if "worker" in name]
+    (worker,) = spec["containers"]
+    assert worker["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert worker["startupProbe"]["httpGet"]["path"] == "/health"
+    assert worker["readinessProbe"]["httpGet"]["path"] == "/ready"
