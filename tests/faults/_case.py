@@ -173,6 +173,10 @@ class FaultCase:
         """Wait until the log is quiet (`Follower.settle`); returns how it ended."""
         outcome = await self.follower.settle(self.sender.sent, **kwargs)
         self.verdict.facts.setdefault("settles", []).append(outcome)
+        if outcome["settle"] != "settled":
+            for s in self.supervisors:  # what they wait on, into their logs
+                s.dump_stacks()
+            await asyncio.sleep(1.0)
         return str(outcome["settle"])
 
     async def stop_workers(self) -> None:

@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import re
 import resource
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -88,6 +90,13 @@ class Supervisor:
             await asyncio.sleep(0.01)
         self.worker.kill()
         self.seen.kills += 1
+
+    def dump_stacks(self) -> None:
+        """Have the running worker write where its tasks wait to its log (SIGUSR1:
+        `rackplane.streams._tasks_dump`)."""
+        process = self.worker.process
+        if process is not None and process.poll() is None:
+            os.kill(process.pid, signal.SIGUSR1)
 
     @contextlib.asynccontextmanager
     async def held(self) -> Any:
