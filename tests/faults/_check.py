@@ -245,7 +245,27 @@ def analyse_log(
                 caused[(cluster, first.causation_id)].append(seq)
         canonical[cluster] = events
         v.counts["events"] += len(events)
+        _in_command_order(cluster, events, v)
     return Log(canonical, caused)
+
+
+def _in_command_order(cluster: str, events: Sequence[Event], v: Verdict) -> None:
+    """Commands are decided in the order of their partition: along a cluster's log the
+    command offset never goes back (a command decided after a later one is taken for decided
+    by position and dropped)."""
+    last: dict[int, tuple[int, int]] = {}  # command partition -> (offset, seq)
+    for e in events:
+        p, o = e.command_partition, e.command_offset
+        if p is None or o is None:
+            continue
+        before = last.get(p)
+        if before is not None and o < before[0]:
+            v.counts["decided_out_of_order"] += 1
+            v.problem(
+                f"{cluster} seq {e.seq}: decided commands[{p}]@{o} after commands[{p}]@"
+                f"{before[0]} (seq {before[1]})"
+            )
+        last[p] = (o, e.seq) if before is None or o >= before[0] else before
 
 
 def fold_log(log: Log, cluster: str, v: Verdict) -> ClusterState:
