@@ -13,6 +13,7 @@ redeliveries are recognised by command position and id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -67,6 +68,29 @@ async def guarded(loop: str, body: Callable[[], Awaitable[T]]) -> T | None:
     except BaseException as err:  # every failure stops the worker
         die(loop, err)
         return None
+
+
+class GuardedTask:
+    """A loop of the worker run as one task under `guarded` (its failure stops the worker),
+    from `start` until `stop` cancels it. Subclasses name it and give `_run`."""
+
+    loop_name = "loop"
+    _task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Run the loop as a task of the current event loop."""
+        self._task = asyncio.get_running_loop().create_task(guarded(self.loop_name, self._run))
+
+    async def stop(self) -> None:
+        """Cancel the loop and wait until it ended."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
 
 
 def guard_agent(loop: str, agent: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Any]:

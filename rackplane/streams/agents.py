@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -38,6 +38,7 @@ from rackplane.policies.base import Policy
 from rackplane.policies.health import HealthClassifier
 from rackplane.projections import ClusterState, fold
 from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, decision_bytes
+from rackplane.streams._deliveries import IDLE_S, CommandReader, Holes, merged, old_enough
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
@@ -69,6 +70,9 @@ class Controller:
     """Commands -> `decide` -> events: the only writer of each cluster's event log.
 
     The scheduling cycle of one batch of commands:
+    0. Put before the batch what the consumer skipped of its partitions (`_deliveries`: the
+       core takes a command seen after a later one of its partition for decided); what it
+       never delivers, `catch_up` reads and decides the same way.
     1. Split the batch by partition (a cluster's commands and events share a partition
        index: `partition_for(cluster)`), and refuse what may not be decided here, to
        `rejected`: undecodable input; a record whose key is not its command's cluster, or
@@ -108,6 +112,9 @@ class Controller:
         stall_wait: float = 6.0,
         snapshots: SnapshotStore | None = None,
         checkpoint_every: int = 10_000,
+        holes: Holes | None = None,
+        reader: CommandReader | None = None,
+        released: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.replicas = replicas
         self.appender = appender
@@ -128,14 +135,100 @@ class Controller:
         self.since_checkpoint: dict[int, int] = defaultdict(int)
         self.checkpoints = 0
         self._saving: dict[int, asyncio.Task[None]] = {}
+        self.holes = holes
+        """The offsets expected next per commands partition (None: trust the consumer)."""
+        self.reader = reader
+        self.undelivered = 0
+        """Commands read from the topic because the consumer did not deliver them."""
+        self.released = released
+        """Told (partition, offset) after each batch: every command before it is decided, so
+        the consumer may commit past what it skipped (else its commit stops at the first
+        record it never delivered, and every restart reads again from there)."""
+        self._lock = asyncio.Lock()
 
     async def process(self, batch: Sequence[Any]) -> None:
         """Decide every command of the batch, in order; return when its events are durable."""
+        async with self._lock:
+            await self._process(batch)
+
+    async def catch_up(self, partition: int, *, older_than: float = IDLE_S) -> int:
+        """Decide what the commands topic holds at and after `partition`'s expected offset
+        and was written over `older_than` seconds ago (what the consumer did not deliver:
+        `_deliveries.CatchUp`; younger records are left to the consumer, which may be about
+        to deliver them); return how many records that was."""
+        assert self.holes is not None and self.reader is not None
+        async with self._lock:
+            if partition not in self.fence.owned:
+                return 0
+            try:
+                lo = await self._expected(partition)
+                peeked = await self.reader.peek(partition, lo)
+            except (KafkaError, OSError, TimeoutError) as err:  # the broker away: next time
+                log.info("looking at commands[%d] failed (%s: %s)", partition, _name(err), err)
+                return 0
+            records = old_enough(peeked, time.time() - older_than)
+            if not records:
+                return 0
+            log.warning(
+                "commands[%d] offsets %d..%d were not delivered by the consumer: read from "
+                "the topic and decided",
+                partition,
+                records[0].offset,
+                records[-1].offset,
+            )
+            self.undelivered += len(records)
+            await self._process(records)
+            return len(records)
+
+    def forget_deliveries(self) -> None:
+        """A rebalance: expect each partition after its last decided command (as its events
+        say) when it comes back."""
+        if self.holes is not None:
+            self.holes.forget()
+
+    async def _expected(self, partition: int) -> int:
+        """The offset of commands partition `partition` to decide next: after the last batch,
+        else after the last command the partition's events name (see `_deliveries`)."""
+        assert self.holes is not None
+        got = self.holes.next.get(partition)
+        if got is not None:
+            return got
+        await self._ensure_loaded(partition)
+        r = self.replicas
+        decided = [r.states[c].applied.get(partition) for c in r.members(partition)]
+        known = [o for o in decided if o is not None]
+        got = max(known) + 1 if known else 0
+        self.holes.next[partition] = got
+        return got
+
+    async def _with_holes_filled(self, batch: Sequence[Any]) -> list[Any]:
+        """`batch`, preceded per partition by the records the consumer skipped before it."""
+        if self.holes is None or self.reader is None:
+            return list(batch)
+        expected = {p: await self._expected(p) for p in _partitions(batch)}
+        found: dict[int, list[Any]] = {}
+        for partition, (lo, hi) in self.holes.missing(batch, expected).items():
+            found[partition] = await self.reader.read(partition, lo, hi)
+            self.undelivered += len(found[partition])
+            log.warning(
+                "commands[%d] offsets %d..%d were skipped by the consumer: read from the topic "
+                "and decided first (%d records)",
+                partition,
+                lo,
+                hi - 1,
+                len(found[partition]),
+            )
+        return merged(batch, found) if found else list(batch)
+
+    async def _process(self, batch: Sequence[Any]) -> None:
         epoch = self.fence.epoch
         delay = 0.1
+        filled: list[Any] | None = None
         while True:
             try:
-                await self._once(batch, epoch)
+                if filled is None:
+                    filled = await self._with_holes_filled(batch)
+                await self._once(filled, epoch)
             except ForeignWrite as err:
                 log.error("%s; reloading the partitions to judge them", err)
                 self.replicas.forget(_partitions(batch))
@@ -169,6 +262,11 @@ class Controller:
                 )
                 self.failing_since = None
                 self.retries = 0
+            if self.holes is not None and self.fence.epoch == epoch:
+                self.holes.decided(filled, now=time.monotonic())
+                if self.released is not None:
+                    for partition in _partitions(filled):
+                        await self.released(partition, self.holes.next[partition])
             return
 
     async def _once(self, batch: Sequence[Any], epoch: int) -> None:
@@ -218,9 +316,7 @@ class Controller:
         rejections: list[Rejection],
     ) -> None:
         self.fence.check(epoch, partition)
-        if not self.replicas.loaded(partition):
-            await self.replicas.load(partition)
-            self.appender.expect(partition, self.replicas.ends[partition] + 1)
+        await self._ensure_loaded(partition)
         states: dict[str, ClusterState] = {}
         decisions: list[Decision] = []
         decided: list[str] = []
@@ -270,6 +366,11 @@ class Controller:
         self.since_checkpoint[partition] += sum(len(d) for d in decisions)
         if self.snapshots is not None and self.since_checkpoint[partition] >= self.checkpoint_every:
             self._checkpoint(partition, epoch)
+
+    async def _ensure_loaded(self, partition: int) -> None:
+        if not self.replicas.loaded(partition):
+            await self.replicas.load(partition)
+            self.appender.expect(partition, self.replicas.ends[partition] + 1)
 
     def _checkpoint(self, partition: int, epoch: int) -> None:
         """Save a checkpoint of `partition` in the background (one at a time per partition)."""

@@ -26,25 +26,27 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import faust
+from faust.types import TP
 
 from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.policies.health import HealthClassifier
 from rackplane.projections import ClusterState, initial_state, state_digest
-from rackplane.streams import _faust_fixes, _heap
+from rackplane.streams import _faust_fixes, _heap, _quiet, _tasks_dump
 from rackplane.streams._append import (
     BATCH_OVERHEAD,
     EventAppender,
     Fence,
     TransactionalAppender,
 )
+from rackplane.streams._deliveries import CatchUp, CommandReader, Holes
 from rackplane.streams._fatal import guarded
 from rackplane.streams.agents import Appender, Controller, GpuManager, PolicyRunner
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
 from rackplane.streams.audit_agent import AuditAgent, audit_loop
 from rackplane.streams.config import StreamConfig
-from rackplane.streams.eventlog import EventLog
+from rackplane.streams.eventlog import STALL_S, EventLog
 from rackplane.streams.projection_agent import Projections
 from rackplane.streams.replicas import Replicas, StoreCheckpoints
 from rackplane.streams.senders import FastSender, SharedProducer, sender_for
@@ -169,6 +171,15 @@ def create_app(
             max_batch_bytes=config.max_event_bytes,
         )
     )
+    commands_topic = commands.get_topic_name()
+    holes = Holes()
+    command_reader = CommandReader(
+        config.kafka_options(),
+        commands_topic,
+        fetch_wait_ms=config.fetch_wait_ms,
+        stall=STALL_S,
+        read_committed=exactly_once,
+    )
     controller = Controller(
         controller_replicas,
         appender,
@@ -181,6 +192,9 @@ def create_app(
         stall_wait=config.session_timeout,
         snapshots=store if config.checkpoint_every > 0 and not exactly_once else None,
         checkpoint_every=config.checkpoint_every,
+        holes=holes,
+        reader=command_reader,
+        released=lambda p, upto: _release(app, commands_topic, p, upto),
     )
     health.controller = controller
 
@@ -196,7 +210,14 @@ def create_app(
         runner = PolicyRunner(POLICIES[name](), replica(), commands_out)
         app.agent(events, name=name)(_policy_agent(runner))
 
-    loops: list[Loop] = []
+    loops: list[Loop] = [
+        CatchUp(
+            holes,
+            owned=lambda: set(fence.owned),
+            ready=lambda: health.ready,
+            read_and_decide=controller.catch_up,
+        )
+    ]
     if config.gpu_manager:
         manager = GpuManager(
             classifier or GpuHealthRules(),
@@ -273,12 +294,11 @@ def create_app(
 
     _add_health(app, health)
 
-    commands_topic = commands.get_topic_name()
-
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode types no async receiver
     async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
         # Another worker may now write these clusters: stop writing, rebuild on next use.
         fence.revoke()
+        controller.forget_deliveries()
         health.ready = False
         for r in replicas:
             r.forget()
@@ -307,12 +327,23 @@ def create_app(
         for eventlog in logs:
             await eventlog.stop()
         await store.stop()
+        await command_reader.stop()
         await shared.stop()
         await appends.stop()
         if sink is not None:
             sink.close()
 
     return app
+
+
+async def _release(app: faust.App, topic: str, partition: int, upto: int) -> None:
+    """Every command of `topic[partition]` before `upto` is decided: let Faust's consumer
+    commit past the records it skipped and will never ack, by marking them as a gap in its
+    own bookkeeping (`Consumer._add_gap`, how it passes transaction markers; records it
+    does deliver and ack later are in the gap's range too, which is harmless)."""
+    add_gap = getattr(app.consumer, "_add_gap", None)
+    if add_gap is not None and upto > 0:
+        await add_gap(TP(topic, partition), 0, upto - 1)
 
 
 def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:
@@ -389,7 +420,9 @@ class _StartsWithApp(faust.Service):
         self._ticker: asyncio.Task[None] | None = None
 
     async def on_start(self) -> None:
-        self._ticker = asyncio.get_running_loop().create_task(self.fence.run())
+        running = asyncio.get_running_loop()
+        _tasks_dump.install(running)  # replaces mode's SIGUSR1 answer, which stops at agents
+        self._ticker = running.create_task(self.fence.run())
         for loop in self.loops:
             loop.start()
 
@@ -452,6 +485,7 @@ def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
     Raises:
         TopicsError: the topics cannot hold a log that never forgets (see `topics`).
     """
+    _quiet.quiet_kafka_clients()
     asyncio.run(ensure_topics(config))
     app = create_app(config)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)

@@ -18,7 +18,6 @@ else it cannot handle, a send the broker never acknowledged included, stops the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -33,7 +32,7 @@ from aiokafka.errors import (
     UnknownMemberIdError,
 )
 
-from rackplane.streams._fatal import guarded
+from rackplane.streams._fatal import GuardedTask
 from rackplane.streams.agents import GpuManager
 
 RETRIABLE_COMMIT = (
@@ -50,8 +49,10 @@ RETRIABLE_COMMIT = (
 log = logging.getLogger("rackplane.telemetry")
 
 
-class TelemetryLoop:
+class TelemetryLoop(GuardedTask):
     """Consume telemetry in batches and feed the GPU Manager until stopped."""
+
+    loop_name = "telemetry"
 
     def __init__(
         self,
@@ -78,19 +79,6 @@ class TelemetryLoop:
         self.failed: str | None = None
         """Why the loop stopped, when it did (the worker is on its way down then)."""
         self.commit_failures = 0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Run the loop as a task of the current event loop (it stops the worker if it fails)."""
-        self._task = asyncio.get_running_loop().create_task(guarded("telemetry", self._run))
-
-    async def stop(self) -> None:
-        """Cancel the loop and close its consumer."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     def consumer(self) -> AIOKafkaConsumer:
         """The loop's consumer (not started)."""
