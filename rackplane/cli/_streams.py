@@ -119,7 +119,7 @@ def worker(
 
     Flags override RACKPLANE_* variables, which override the config file (docs/CONFIG.md).
     """
-    from rackplane.streams.app import run_worker
+    from rackplane.streams.app import WebConfigError, run_worker
     from rackplane.streams.topics import TopicsError
 
     s = settings(
@@ -156,7 +156,7 @@ def worker(
         _check_transactions(config)
     try:
         run_worker(config, loglevel=s.log_level)
-    except TopicsError as err:
+    except (TopicsError, WebConfigError) as err:
         fail(str(err))
 
 

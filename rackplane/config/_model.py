@@ -105,6 +105,9 @@ class RackplaneSettings(BaseSettings):
     """Address of the JSON views and /metrics (0.0.0.0 in a container)."""
     web_port: int = Field(default=6066, ge=1, le=65_535)
     """Port of the JSON views and /metrics."""
+    web_token: SecretStr | None = None
+    """Bearer token every view but /health, /ready and /metrics requires (secret: pass it as
+    RACKPLANE_WEB_TOKEN, never in a file). A worker bound beyond loopback needs one."""
     data_dir: Path = Path(".rackplane/worker")
     """Worker data directory (Faust's tables)."""
     audit_dir: Path | None = None
@@ -233,6 +236,7 @@ class RackplaneSettings(BaseSettings):
             exactly_once=self.exactly_once,
             web_port=self.web_port,
             web_bind=self.web_bind,
+            web_token=self.web_token.get_secret_value() if self.web_token else None,
             datadir=str(self.data_dir),
             max_message_bytes=self.max_message_bytes,
             max_event_bytes=self.max_event_bytes,

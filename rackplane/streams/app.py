@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hmac
 import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import faust
 from faust.types import TP
@@ -94,6 +95,13 @@ def create_app(
         processing_guarantee="exactly_once" if exactly_once else "at_least_once",
         web_port=config.web_port,
         web_bind=config.web_bind,
+        # Faust's own pages (/router/, /table/..., /graph/, /stats/) show partitions, tables
+        # and internals to anyone who can reach the port: off.
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
         datadir=config.datadir,
         producer_max_request_size=max(config.max_event_bytes, config.max_message_bytes * 2),
         consumer_max_fetch_size=max(config.max_event_bytes, config.max_message_bytes * 4),
@@ -115,6 +123,7 @@ def create_app(
         topic(n) for n in ("telemetry", "commands", "events", "rejected")
     )
     health = Health()
+    private = _token_check(config.web_token)
     logs: list[EventLog] = []
     replicas: list[Replicas] = []
     initial = _initial(config)
@@ -275,9 +284,10 @@ def create_app(
 
             await guarded("projections", body)
 
-        _add_views(app, projections)
+        _add_views(app, projections, private)
 
     @app.page("/clusters/{cluster}/controller/")
+    @private
     async def controller_view(web: Any, request: Any, cluster: str) -> Any:
         state = controller.replicas.states.get(cluster)
         if state is None:
@@ -409,6 +419,10 @@ class Loop(Protocol):
     async def stop(self) -> None: ...
 
 
+class WebConfigError(ValueError):
+    """The worker's views cannot be served as configured."""
+
+
 class _StartsWithApp(faust.Service):
     """Runs the worker's own loops and the fence's ticker from the moment the app starts until
     it stops."""
@@ -447,8 +461,9 @@ def _policy_agent(runner: PolicyRunner) -> Any:
     return agent
 
 
-def _add_views(app: faust.App, projections: Projections) -> None:
+def _add_views(app: faust.App, projections: Projections, private: Private) -> None:
     @app.page("/clusters/")
+    @private
     async def clusters(web: Any, request: Any) -> Any:
         return web.json(projections.clusters())
 
@@ -458,16 +473,90 @@ def _add_views(app: faust.App, projections: Projections) -> None:
         return web.json(rows)
 
     @app.page("/clusters/{cluster}/racks/")
+    @private
     async def racks(web: Any, request: Any, cluster: str) -> Any:
         return rows_or_404(web, projections.racks(cluster))
 
     @app.page("/clusters/{cluster}/jobs/")
+    @private
     async def jobs(web: Any, request: Any, cluster: str) -> Any:
-        return rows_or_404(web, projections.job_rows(cluster))
+        try:
+            page = Page.of(request.query)
+        except ValueError as err:
+            return web.json({"error": str(err)}, status=400)
+        rows = projections.job_rows(cluster)
+        if rows is None:
+            return web.json({"error": "unknown cluster"}, status=404)
+        shown, after = page.cut(rows)
+        headers = {"X-Next-After": after} if after is not None else None
+        return web.json(shown, headers=headers)
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
         return web.bytes(projections.metrics.render(), content_type="text/plain; version=0.0.4")
+
+
+Private = Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]
+"""Wraps a view so that it answers 401 without the configured bearer token."""
+
+
+def _token_check(token: str | None) -> Private:
+    """A `Private` for `token` (None: views are open; only a loopback bind runs so)."""
+    expected = f"Bearer {token}".encode() if token is not None else None
+
+    def private(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        if expected is None:
+            return view
+
+        @functools.wraps(view)
+        async def checked(web: Any, request: Any, **kwargs: Any) -> Any:
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return web.json(
+                    {"error": "this view needs the worker's bearer token"},
+                    status=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="rackplane"'},
+                )
+            return await view(web, request, **kwargs)
+
+        return checked
+
+    return private
+
+
+@dataclass(frozen=True)
+class Page:
+    """`?limit=N&after=JOB` of a list view: at most `limit` rows after the row `after`."""
+
+    limit: int = 500
+    after: str | None = None
+
+    MAX: ClassVar[int] = 5_000
+
+    @classmethod
+    def of(cls, query: Any) -> Page:
+        """The page a request's query asks for.
+
+        Raises:
+            ValueError: `limit` is not a whole number from 1 to `MAX`.
+        """
+        raw = query.get("limit")
+        limit = cls.limit
+        if raw is not None:
+            if not str(raw).isdigit() or not 1 <= int(raw) <= cls.MAX:
+                raise ValueError(f"limit must be a whole number from 1 to {cls.MAX}, not {raw!r}")
+            limit = int(raw)
+        return cls(limit=limit, after=query.get("after") or None)
+
+    def cut(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+        """The rows of this page, and the `after` of the next (None: this is the last)."""
+        start = 0
+        if self.after is not None:
+            ids = [str(r.get("job")) for r in rows]
+            start = ids.index(self.after) + 1 if self.after in ids else len(rows)
+        shown = rows[start : start + self.limit]
+        more = start + self.limit < len(rows)
+        return shown, (str(shown[-1].get("job")) if more and shown else None)
 
 
 def _configured_sink(config: StreamConfig) -> AuditSink | None:
@@ -483,8 +572,12 @@ def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
     """Create and check the topics, then run one worker until SIGTERM or Ctrl-C.
 
     Raises:
+        WebConfigError: the views would be open beyond this machine (`StreamConfig.web_problem`).
         TopicsError: the topics cannot hold a log that never forgets (see `topics`).
     """
+    problem = config.web_problem()
+    if problem is not None:
+        raise WebConfigError(problem)
     _quiet.quiet_kafka_clients()
     asyncio.run(ensure_topics(config))
     app = create_app(config)

@@ -6,6 +6,7 @@ and the client commands; tests and the embedded demo build it directly.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,20 @@ class KafkaSecurity:
         return None
 
 
+MIN_TOKEN_CHARS = 16
+"""A web token shorter than this is refused (`secrets.token_urlsafe(32)` gives 43)."""
+
+
+def is_loopback(address: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
 @dataclass(frozen=True)
 class StreamConfig:
     """Broker, topics and agents of one rackplane worker."""
@@ -126,6 +141,22 @@ class StreamConfig:
     security: KafkaSecurity = field(default_factory=KafkaSecurity)
     db: str | None = None
     """The DuckDB history file the audit sink records into, when set (`rackplane.history`)."""
+    web_token: str | None = field(default=None, repr=False)
+    """The bearer token every view but /health, /ready and /metrics requires (None: none,
+    which only a worker bound to a loopback address may run with). A secret: never logged."""
+
+    def web_problem(self) -> str | None:
+        """Why the views may not be served as configured (None: they may)."""
+        if self.web_token is None and not is_loopback(self.web_bind):
+            return (
+                f"web_bind {self.web_bind} serves the worker's views beyond this machine without "
+                "a token: set RACKPLANE_WEB_TOKEN (a secret; every view but /health, /ready and "
+                "/metrics then requires it as a bearer token) or bind 127.0.0.1"
+            )
+        if self.web_token is not None and len(self.web_token) < MIN_TOKEN_CHARS:
+            have = len(self.web_token)
+            return f"the web token has {have} characters: use at least {MIN_TOKEN_CHARS}"
+        return None
 
     @property
     def bootstrap(self) -> str:

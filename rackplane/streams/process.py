@@ -81,8 +81,12 @@ class WorkerProcess:
         """Start the worker and wait until it has its partitions."""
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
+            env = None
+            if self.config.web_token is not None:  # a secret: the environment, not argv
+                env = {**os.environ, "RACKPLANE_WEB_TOKEN": self.config.web_token}
             self.process = subprocess.Popen(
                 self.argv(),
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

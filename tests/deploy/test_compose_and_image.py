@@ -88,6 +88,12 @@ def test_the_compose_config_and_cluster_files_load(monkeypatch: pytest.MonkeyPat
         if name.startswith("RACKPLANE_"):
             monkeypatch.delenv(name)
     settings = load_settings(files["rackplane-config"]).settings
+    assert "RACKPLANE_WEB_TOKEN" in str(settings.stream_config().web_problem())
+    worker_env = doc["services"]["worker"]["environment"]
+    assert worker_env["RACKPLANE_WEB_TOKEN"].startswith("${RACKPLANE_WEB_TOKEN:?")
+    monkeypatch.setenv("RACKPLANE_WEB_TOKEN", "what-compose-interpolates-from-env")
+    settings = load_settings(files["rackplane-config"]).settings
+    assert settings.stream_config().web_problem() is None
     assert settings.replication == 3
     assert len(settings.stream_config().bootstrap.split(",")) == 3
     cluster = load_cluster_file(files["cluster-file"])

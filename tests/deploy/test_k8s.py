@@ -110,6 +110,11 @@ def test_pods_are_locked_down_and_take_kafka_credentials_from_the_secret() -> No
             password = env["RACKPLANE_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
             assert password == {"name": SECRET, "key": "password"}
             assert "value" not in env["RACKPLANE_KAFKA_SASL_PASSWORD"]
+            if c["args"][0] == "worker":  # its views bind 0.0.0.0: a token from a Secret
+                token = env["RACKPLANE_WEB_TOKEN"]["valueFrom"]["secretKeyRef"]
+                assert token == {"name": "rackplane-web", "key": "token"}
+            else:
+                assert "RACKPLANE_WEB_TOKEN" not in env, f"{name} needs no web token"
 
 
 def test_mounted_config_maps_exist_and_hold_a_valid_config_and_cluster_file(
@@ -132,6 +137,10 @@ def test_mounted_config_maps_exist_and_hold_a_valid_config_and_cluster_file(
     monkeypatch.setenv("RACKPLANE_KAFKA_SASL_USERNAME", "rackplane")
     monkeypatch.setenv("RACKPLANE_KAFKA_SASL_PASSWORD", "from-the-secret")
     settings = load_settings(config).settings
+    assert "RACKPLANE_WEB_TOKEN" in str(settings.stream_config().web_problem())  # no Secret
+    monkeypatch.setenv("RACKPLANE_WEB_TOKEN", "from-the-rackplane-web-secret")
+    settings = load_settings(config).settings
+    assert settings.stream_config().web_problem() is None
     assert settings.kafka_security_protocol == "SASL_SSL"
     assert settings.replication == 3
     (deployment,) = of_kind("Deployment")
