@@ -30,9 +30,9 @@ So the controller keeps, per commands partition it owns, the offset it expects n
    fetch of the same reader, once per `idle_s`: no ListOffsets, which Tansu answers wrongly
    after multi-record batches, and no marker records): what it holds there is what Faust did
    not deliver, and is decided (`CatchUp`).
-4. After each batch the controller tells Faust's consumer that everything before the
-   expected offset is done (`Controller.released`: a gap in its bookkeeping), so its commit
-   moves past what it skipped.
+4. Once decided, the records the controller read itself are marked done in Faust's
+   consumer (`Controller.released`: a gap in its bookkeeping), so its commit moves past
+   records it never delivered.
 Records decided twice this way (Faust delivers one after it was read) are recognised by
 their position, as any redelivery is.
 """

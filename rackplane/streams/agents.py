@@ -114,7 +114,7 @@ class Controller:
         checkpoint_every: int = 10_000,
         holes: Holes | None = None,
         reader: CommandReader | None = None,
-        released: Callable[[int, int], Awaitable[None]] | None = None,
+        released: Callable[[int, int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.replicas = replicas
         self.appender = appender
@@ -141,9 +141,11 @@ class Controller:
         self.undelivered = 0
         """Commands read from the topic because the consumer did not deliver them."""
         self.released = released
-        """Told (partition, offset) after each batch: every command before it is decided, so
-        the consumer may commit past what it skipped (else its commit stops at the first
-        record it never delivered, and every restart reads again from there)."""
+        """Told (partition, lo, hi) once the records [lo, hi) it read itself (what the consumer
+        skipped or never delivered) are decided, so the consumer may commit past them: it
+        never acks what it never delivered, and its commit would stop there for good."""
+        self._read_here: list[tuple[int, int, int]] = []
+        """Ranges read from the topic by the batch in hand, released once it is decided."""
         self._lock = asyncio.Lock()
 
     async def process(self, batch: Sequence[Any]) -> None:
@@ -177,6 +179,7 @@ class Controller:
                 records[-1].offset,
             )
             self.undelivered += len(records)
+            self._read_here.append((partition, lo, records[-1].offset + 1))
             await self._process(records)
             return len(records)
 
@@ -209,6 +212,7 @@ class Controller:
         found: dict[int, list[Any]] = {}
         for partition, (lo, hi) in self.holes.missing(batch, expected).items():
             found[partition] = await self.reader.read(partition, lo, hi)
+            self._read_here.append((partition, lo, hi))
             self.undelivered += len(found[partition])
             log.warning(
                 "commands[%d] offsets %d..%d were skipped by the consumer: read from the topic "
@@ -265,8 +269,9 @@ class Controller:
             if self.holes is not None and self.fence.epoch == epoch:
                 self.holes.decided(filled, now=time.monotonic())
                 if self.released is not None:
-                    for partition in _partitions(filled):
-                        await self.released(partition, self.holes.next[partition])
+                    for partition, lo, hi in self._read_here:
+                        await self.released(partition, lo, hi)
+            self._read_here = []
             return
 
     async def _once(self, batch: Sequence[Any], epoch: int) -> None:

@@ -203,7 +203,7 @@ def create_app(
         checkpoint_every=config.checkpoint_every,
         holes=holes,
         reader=command_reader,
-        released=lambda p, upto: _release(app, commands_topic, p, upto),
+        released=lambda p, lo, hi: _release(app, commands_topic, p, lo, hi),
     )
     health.controller = controller
 
@@ -346,14 +346,15 @@ def create_app(
     return app
 
 
-async def _release(app: faust.App, topic: str, partition: int, upto: int) -> None:
-    """Every command of `topic[partition]` before `upto` is decided: let Faust's consumer
-    commit past the records it skipped and will never ack, by marking them as a gap in its
-    own bookkeeping (`Consumer._add_gap`, how it passes transaction markers; records it
-    does deliver and ack later are in the gap's range too, which is harmless)."""
+async def _release(app: faust.App, topic: str, partition: int, lo: int, hi: int) -> None:
+    """The records [lo, hi) of `topic[partition]` that the controller read itself are decided:
+    let Faust's consumer commit past them by marking them as a gap in its own bookkeeping
+    (`Consumer._add_gap`, how it passes transaction markers). Only those: a gap over records
+    it did deliver would repeat their offsets in its acked list, and each repeat costs its
+    commit a round (it looks for runs of consecutive offsets)."""
     add_gap = getattr(app.consumer, "_add_gap", None)
-    if add_gap is not None and upto > 0:
-        await add_gap(TP(topic, partition), 0, upto - 1)
+    if add_gap is not None and hi > lo:
+        await add_gap(TP(topic, partition), lo, hi - 1)
 
 
 def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:

@@ -78,19 +78,23 @@ async def test_commands_skipped_between_two_batches_are_read_and_decided_before_
     assert_one_decision_each(r.log, c, commands)
 
 
-async def test_after_each_batch_the_consumer_may_commit_up_to_the_expected_offset() -> None:
-    r, reader, _ = with_holes()
-    released: list[tuple[int, int]] = []
+async def test_what_the_controller_read_itself_is_released_to_the_consumer_once_decided() -> None:
+    r, reader, holes = with_holes()
+    released: list[tuple[int, int, int]] = []
 
-    async def release(partition: int, upto: int) -> None:
-        released.append((partition, upto))
+    async def release(partition: int, lo: int, hi: int) -> None:
+        released.append((partition, lo, hi))
 
     r.controller.released = release
     c = cluster_on(0)
-    m = written(r, reader, [register(c), *(cordon(c, f"r0-n{i}") for i in range(4))])
+    m = written(r, reader, [register(c), *(cordon(c, f"r0-n{i}") for i in range(5))])
     await r.send(*m[:2])
+    assert released == []  # all delivered: the consumer acks them itself
     await r.send(m[4])  # 2 and 3 skipped by the consumer, read and decided
-    assert released == [(0, 2), (0, 5)]
+    assert released == [(0, 2, 4)]
+    assert await r.controller.catch_up(0) == 1  # 5, never delivered
+    assert released == [(0, 2, 4), (0, 5, 6)]
+    assert holes.next[0] == 6
 
 
 async def test_a_first_batch_past_the_last_decided_command_reads_from_there() -> None:
