@@ -181,16 +181,20 @@ class CommandReader:
         batch = (await consumer.getmany(tp, timeout_ms=wait_ms)).get(tp, [])
         return [r for r in batch if r.offset >= lo]
 
+    def consumer(self) -> AIOKafkaConsumer:
+        """The reader's consumer (not started)."""
+        return AIOKafkaConsumer(
+            **self.kafka,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=self.fetch_wait_ms,
+            isolation_level="read_committed" if self.read_committed else "read_uncommitted",
+        )
+
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                **self.kafka,
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                fetch_max_wait_ms=self.fetch_wait_ms,
-                isolation_level="read_committed" if self.read_committed else "read_uncommitted",
-            )
+            consumer = self.consumer()
             await consumer.start()
             await asyncio.sleep(0)  # see eventlog._started
             self._consumer = consumer
