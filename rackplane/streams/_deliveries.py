@@ -23,9 +23,11 @@ So the controller keeps, per commands partition it owns, the offset it expects n
    after each batch, the batch's last offset + 1. Records after the last decided one that
    caused no event (rejected input) are read again after a restart: a second rejection
    record, never a lost command.
-2. A batch whose first record of a partition lies past the expected offset has a hole: the
-   records in between are read from the topic (`CommandReader`, a consumer without a group)
-   and decided first, in order.
+2. A batch whose first record of a partition lies past the expected offset, or two of whose
+   records of a partition are not next to each other, has a hole: the records in between
+   are read from the topic (`CommandReader`, a consumer without a group) and decided in
+   their place, in order. (Offsets that hold no record, transaction markers in exactly-once
+   mode, cost a read that finds nothing.)
 3. A partition that nothing reached for `idle_s` is looked at from its expected offset (one
    fetch of the same reader, once per `idle_s`: no ListOffsets, which Tansu answers wrongly
    after multi-record batches, and no marker records): what it holds there is what Faust did
@@ -53,7 +55,8 @@ from rackplane.streams._fatal import GuardedTask
 log = logging.getLogger("rackplane.agents")
 
 IDLE_S = 3.0
-"""Seconds a partition may lie behind its end with nothing delivered before it is read."""
+"""Seconds of a partition with nothing delivered before the controller looks at it itself;
+also the age a record must have for the controller to take it that way."""
 
 
 def message_of(item: Any) -> Any:
@@ -72,18 +75,21 @@ class Holes:
         """A rebalance: another worker may decide these partitions before they come back."""
         self.next.clear()
 
-    def missing(self, batch: Sequence[Any], expected: dict[int, int]) -> dict[int, tuple[int, int]]:
-        """Partition -> [lo, hi) of the records missing before `batch`'s first of it, given
-        the offset `expected` next of each of its partitions."""
-        first: dict[int, int] = {}
+    def missing(self, batch: Sequence[Any], expected: dict[int, int]) -> list[tuple[int, int, int]]:
+        """The (partition, lo, hi) ranges of records missing from `batch`: before its first
+        record of a partition (given the offset `expected` next of each), and between two of
+        its records of a partition that are not next to each other."""
+        out: list[tuple[int, int, int]] = []
+        want = dict(expected)
         for item in batch:
             m = message_of(item)
-            first.setdefault(m.partition, m.offset)
-        return {
-            p: (expected[p], offset)
-            for p, offset in first.items()
-            if p in expected and offset > expected[p]
-        }
+            p, offset = m.partition, m.offset
+            if p not in want:
+                continue
+            if offset > want[p]:
+                out.append((p, want[p], offset))
+            want[p] = max(want[p], offset + 1)
+        return out
 
     def decided(self, batch: Sequence[Any], *, now: float) -> None:
         """The batch was decided: expect what follows it."""
@@ -96,15 +102,13 @@ class Holes:
             self.last_delivery[partition] = now
 
 
-def merged(batch: Sequence[Any], found: dict[int, list[Any]]) -> list[Any]:
-    """`batch` with the records read for its holes before the records of their partition."""
+def merged(batch: Sequence[Any], found: dict[tuple[int, int], list[Any]]) -> list[Any]:
+    """`batch` with the records read for each hole (keyed by partition and the offset the hole
+    ends at) right before the record that follows the hole."""
     out: list[Any] = []
-    placed: set[int] = set()
     for item in batch:
-        partition = message_of(item).partition
-        if partition in found and partition not in placed:
-            out.extend(found[partition])
-            placed.add(partition)
+        m = message_of(item)
+        out.extend(found.get((m.partition, m.offset), ()))
         out.append(item)
     return out
 

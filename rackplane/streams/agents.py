@@ -209,18 +209,19 @@ class Controller:
         if self.holes is None or self.reader is None:
             return list(batch)
         expected = {p: await self._expected(p) for p in _partitions(batch)}
-        found: dict[int, list[Any]] = {}
-        for partition, (lo, hi) in self.holes.missing(batch, expected).items():
-            found[partition] = await self.reader.read(partition, lo, hi)
+        found: dict[tuple[int, int], list[Any]] = {}
+        for partition, lo, hi in self.holes.missing(batch, expected):
+            records = await self.reader.read(partition, lo, hi)
+            found[(partition, hi)] = records
             self._read_here.append((partition, lo, hi))
-            self.undelivered += len(found[partition])
+            self.undelivered += len(records)
             log.warning(
                 "commands[%d] offsets %d..%d were skipped by the consumer: read from the topic "
-                "and decided first (%d records)",
+                "and decided in their place (%d records)",
                 partition,
                 lo,
                 hi - 1,
-                len(found[partition]),
+                len(records),
             )
         return merged(batch, found) if found else list(batch)
 

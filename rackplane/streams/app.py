@@ -284,6 +284,7 @@ def create_app(
 
             await guarded("projections", body)
 
+        projections.metrics.watch(controller)
         _add_views(app, projections, private)
 
     @app.page("/clusters/{cluster}/controller/")

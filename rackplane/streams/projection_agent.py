@@ -9,10 +9,12 @@ Reads (web views, `/metrics`) come from the agent's in-memory replica, which the
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rackplane.models import Event, Rejection
 from rackplane.projections import (
@@ -115,8 +117,55 @@ class Metrics:
         self.racks_full.labels(c).set(s.racks_full)
         self.seq.labels(c).set(state.seq)
 
+    def watch(self, controller: ControllerCounters) -> None:
+        """Also serve the controller's counters (read when scraped)."""
+        self.registry.register(_ControllerCollector(controller))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ControllerCounters(Protocol):
+    """What /metrics reads of the controller (`agents.Controller`)."""
+
+    applied: int
+    undelivered: int
+    checkpoints: int
+    failing_since: float | None
+
+
+class _ControllerCollector:
+    """The controller's counters as Prometheus metrics, read at each scrape."""
+
+    def __init__(self, controller: ControllerCounters) -> None:
+        self.controller = controller
+
+    def describe(self) -> list[Any]:
+        return []  # read at collect time only (no pre-registration check)
+
+    def collect(self) -> Iterator[Any]:
+        c = self.controller
+        yield CounterMetricFamily(
+            "rackplane_controller_decisions",
+            "Commands decided into events by this worker's controller",
+            value=c.applied,
+        )
+        yield CounterMetricFamily(
+            "rackplane_controller_commands_read_back",
+            "Commands the consumer skipped or never delivered, read from the topic and decided",
+            value=c.undelivered,
+        )
+        yield CounterMetricFamily(
+            "rackplane_controller_checkpoints",
+            "Checkpoints (snapshots of an events partition) saved",
+            value=c.checkpoints,
+        )
+        failing = c.failing_since
+        yield GaugeMetricFamily(
+            "rackplane_controller_appends_failing_seconds",
+            "Seconds the controller's appends have been failing (0: they work)",
+            value=0.0 if failing is None else max(0.0, time.monotonic() - failing),
+        )
 
 
 class Projections:

@@ -97,6 +97,18 @@ async def test_what_the_controller_read_itself_is_released_to_the_consumer_once_
     assert holes.next[0] == 6
 
 
+async def test_commands_skipped_inside_a_batch_are_read_and_decided_in_their_place() -> None:
+    r, reader, _ = with_holes()
+    c = cluster_on(0)
+    commands: list[Command] = [register(c), *(cordon(c, f"r0-n{i}") for i in range(5))]
+    m = written(r, reader, commands)
+    await r.send(m[0], m[1], m[4], m[5])  # 2 and 3 missing from the middle of the batch
+    assert reader.reads == [(0, 2, 4)]
+    assert_one_decision_each(r.log, c, commands)
+    order = [e.causation_id for e in r.log.events(c)]
+    assert order.index(commands[3].id) < order.index(commands[4].id)
+
+
 async def test_a_first_batch_past_the_last_decided_command_reads_from_there() -> None:
     r, reader, holes = with_holes()
     c = cluster_on(1)
@@ -175,17 +187,18 @@ async def test_a_catch_up_leaves_records_younger_than_the_idle_time_to_the_consu
     assert len(reader.peeks) == 2
 
 
-def test_holes_are_filled_before_the_first_record_of_their_partition_only() -> None:
-    a = [_rec(0, 5), _rec(1, 9), _rec(0, 6)]
-    found = {0: [_rec(0, 3), _rec(0, 4)]}
-    assert [(x.partition, x.offset) for x in merged(a, found)] == [
-        (0, 3), (0, 4), (0, 5), (1, 9), (0, 6)
-    ]  # fmt: skip
+def test_holes_before_a_batch_and_inside_it_are_found_and_filled_in_place() -> None:
+    a = [_rec(0, 5), _rec(1, 9), _rec(0, 6), _rec(0, 9), _rec(1, 10)]
     holes = Holes()
-    assert holes.missing(a, {0: 3, 1: 9}) == {0: (3, 5)}
-    assert holes.missing(a, {1: 8}) == {1: (8, 9)}  # partition 0's expected offset unknown
+    assert holes.missing(a, {0: 3, 1: 9}) == [(0, 3, 5), (0, 7, 9)]
+    assert holes.missing(a, {1: 8}) == [(1, 8, 9)]  # partition 0's expected offset unknown
+    assert holes.missing(a, {0: 6, 1: 11}) == [(0, 7, 9)]  # 5 and 6, 9 and 10: redelivered
+    found = {(0, 5): [_rec(0, 3), _rec(0, 4)], (0, 9): [_rec(0, 7), _rec(0, 8)]}
+    assert [(x.partition, x.offset) for x in merged(a, found)] == [
+        (0, 3), (0, 4), (0, 5), (1, 9), (0, 6), (0, 7), (0, 8), (0, 9), (1, 10)
+    ]  # fmt: skip
     holes.decided(a, now=0.0)
-    assert holes.next == {0: 7, 1: 10}
+    assert holes.next == {0: 10, 1: 11}
     holes.forget()
     assert holes.next == {}
 
@@ -239,3 +252,26 @@ async def test_a_catch_up_with_the_broker_away_tries_again_later() -> None:
     assert await r.controller.catch_up(0) == 0  # no exception: the loop goes on
     del reader.peek
     assert await r.controller.catch_up(0) == 1
+
+
+def test_metrics_count_the_commands_the_controller_read_back() -> None:
+    from types import SimpleNamespace as NS
+
+    from rackplane.streams.projection_agent import Metrics
+
+    m = Metrics()
+    controller = NS(applied=12, undelivered=3, checkpoints=1, failing_since=None)
+    m.watch(controller)
+    text = m.render().decode()
+    assert "rackplane_controller_decisions_total 12.0" in text
+    assert "rackplane_controller_commands_read_back_total 3.0" in text
+    assert "rackplane_controller_checkpoints_total 1.0" in text
+    assert "rackplane_controller_appends_failing_seconds 0.0" in text
+    controller.undelivered = 5
+    controller.failing_since = time.monotonic() - 10.0
+    text = m.render().decode()
+    assert "rackplane_controller_commands_read_back_total 5.0" in text  # read at each scrape
+    failing = next(
+        line for line in text.splitlines() if line.startswith("rackplane_controller_appends_fail")
+    )
+    assert 9.0 <= float(failing.split()[-1]) < 60.0

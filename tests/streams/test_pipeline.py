@@ -201,6 +201,10 @@ async def test_the_worker_serves_occupancy_jobs_and_prometheus_metrics(pipeline:
     assert sum(r["allocated"] for r in racks) == 4 and len(racks) == 4
     metrics = (await asyncio.to_thread(get, "/metrics")).decode()
     assert f'rackplane_nodes{{cluster="{c}",role="allocated"}} 4.0' in metrics
+    decisions = next(
+        line for line in metrics.splitlines() if line.startswith("rackplane_controller_decisions")
+    )
+    assert float(decisions.split()[-1]) >= 2  # the registration and the submission at least
     controller = json.loads(await asyncio.to_thread(get, f"/clusters/{c}/controller/"))
     assert controller["seq"] >= 3
     assert controller["broken"] is None
