@@ -1,7 +1,8 @@
 """`kill -USR1 <worker pid>`: the worker writes where each of its asyncio tasks waits.
 
 A worker that answers /health but decides nothing waits on something (a broker that does not
-answer, a read that does not end, a lock): the await chain of each task says what. The dump
+answer, a read that does not end, a lock): the await chain of each task says what, and the
+stack of every other thread (Faust's consumer thread runs its own event loop) follows. The dump
 goes to stderr (the worker's log), one block per task, innermost frame last, and the worker
 goes on. (mode's own SIGUSR1 answer stops at Faust's agent wrappers, so it says nothing about
 what an agent waits on; this one follows them.)
@@ -14,6 +15,8 @@ import gc
 import io
 import signal
 import sys
+import threading
+import traceback
 from typing import Any
 
 DEPTH = 40
@@ -38,6 +41,14 @@ def dump(loop: asyncio.AbstractEventLoop) -> str:
         out.write(f"task {task.get_name()}\n")
         for line in chain(task.get_coro()):
             out.write(f"    {line}\n")
+    here = threading.get_ident()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        if ident == here:
+            continue  # the event loop's thread: its tasks are above
+        out.write(f"thread {names.get(ident, ident)}\n")  # Faust's consumer thread, among others
+        for entry in traceback.extract_stack(frame, limit=DEPTH)[-12:]:
+            out.write(f"    {entry.filename}:{entry.lineno} in {entry.name}\n")
     out.write("--- end of tasks ---\n")
     text = out.getvalue()
     sys.stderr.write(text)

@@ -205,7 +205,7 @@ class Controller:
         return got
 
     async def _with_holes_filled(self, batch: Sequence[Any]) -> list[Any]:
-        """`batch`, preceded per partition by the records the consumer skipped before it."""
+        """`batch` with the records the consumer skipped read back and put in their place."""
         if self.holes is None or self.reader is None:
             return list(batch)
         expected = {p: await self._expected(p) for p in _partitions(batch)}

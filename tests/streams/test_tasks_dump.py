@@ -88,3 +88,19 @@ async def test_the_dump_goes_into_the_async_generator_a_loop_waits_on(
     capsys.readouterr()
     gate.set()
     await task
+
+
+async def test_the_dump_shows_the_other_threads_too(capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    gate = threading.Event()
+    worker = threading.Thread(target=gate.wait, name="consumer-thread", daemon=True)
+    worker.start()
+    try:
+        text = _tasks_dump.dump(asyncio.get_running_loop())
+    finally:
+        gate.set()
+        worker.join()
+    block = text.split("thread consumer-thread\n", 1)[1]
+    assert "threading.py" in block.split("thread ", 1)[0]  # waiting in Event.wait
+    capsys.readouterr()
