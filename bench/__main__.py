@@ -75,6 +75,16 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def report(title: str, rows: list[dict[str, Any]], json_path: Path | None = None) -> None:
+    """Print one benchmark's rows (machine line, table, markdown); write them as JSON if
+    asked."""
+    out.print(machine())
+    out.print(_table(title, rows))
+    out.print(_markdown(rows), markup=False, highlight=False)
+    if json_path is not None:
+        json_path.write_text(json.dumps(rows, indent=2))
+
+
 @contextlib.contextmanager
 def _broker(url: str | None) -> Iterator[str]:
     """The broker the streaming benchmarks run on: `url`, or an embedded Tansu for the block."""

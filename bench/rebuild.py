@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 import uuid
@@ -164,7 +163,7 @@ async def run_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.__main__ import _broker, _markdown, _table, machine, out
+    from bench.__main__ import _broker, report
 
     parser = argparse.ArgumentParser(prog="python -m bench.rebuild", description=__doc__)
     parser.add_argument("--events", default="1000000,10000000", help="log sizes, comma-separated")
@@ -179,11 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             run_all(url, lambda s: print(s, file=sys.stderr), sizes=sizes, tail=args.tail,
                     from_zero=args.from_zero)
         )  # fmt: skip
-    out.print(machine())
-    out.print(_table("Rebuild after a restart", rows))
-    out.print(_markdown(rows), markup=False, highlight=False)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+    report("Rebuild after a restart", rows, args.json)
     return 0
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import random
 import sys
 import time
@@ -215,7 +214,7 @@ async def run_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.__main__ import _broker, _markdown, _table, machine, out
+    from bench.__main__ import _broker, report
 
     parser = argparse.ArgumentParser(prog="python -m bench.snapshots", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="128 and 1,024 racks only")
@@ -224,11 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with _broker(args.broker) as url:
         rows = asyncio.run(run_all(url, lambda _: None, quick=args.quick))
-    out.print(machine())
-    out.print(_table("Snapshots", rows))
-    out.print(_markdown(rows), markup=False, highlight=False)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+    report("Snapshots", rows, args.json)
     return 0
 
 
