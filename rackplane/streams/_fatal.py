@@ -12,6 +12,7 @@ redeliveries are recognised by command position and id.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -70,15 +71,16 @@ async def guarded(loop: str, body: Callable[[], Awaitable[T]]) -> T | None:
         return None
 
 
-class GuardedTask:
+class GuardedTask(abc.ABC):
     """A loop of the worker run as one task under `guarded` (its failure stops the worker),
     from `start` until `stop` cancels it. Subclasses name it and give `_run`."""
 
     loop_name = "loop"
     _task: asyncio.Task[None] | None = None
 
+    @abc.abstractmethod
     async def _run(self) -> None:
-        raise NotImplementedError
+        """The loop itself."""
 
     def start(self) -> None:
         """Run the loop as a task of the current event loop."""
