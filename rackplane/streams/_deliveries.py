@@ -25,7 +25,7 @@ So the controller keeps, per commands partition it owns, the offset it expects n
    record, never a lost command.
 2. A batch whose first record of a partition lies past the expected offset, or two of whose
    records of a partition are not next to each other, has a hole: the records in between
-   are read from the topic (`CommandReader`, a consumer without a group) and decided in
+   are read from the topic (`RecordReader`, a consumer without a group) and decided in
    their place, in order. (Offsets that hold no record, transaction markers in exactly-once
    mode, cost a read that finds nothing.)
 3. A partition that nothing reached for `idle_s` is looked at from its expected offset (one
@@ -41,6 +41,7 @@ their position, as any redelivery is.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import time
@@ -123,8 +124,10 @@ def old_enough(records: Sequence[Any], before: float) -> list[Any]:
     return out
 
 
-class CommandReader:
-    """Reads records of the commands topic by offset through a consumer without a group."""
+class RecordReader:
+    """Reads records of one topic by offset through a consumer without a group (the commands
+    topic for the controller, the events topic for its followers: `_following`). Its reads
+    take turns: one consumer, seeked per read."""
 
     def __init__(
         self,
@@ -137,11 +140,12 @@ class CommandReader:
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
-        topic: the commands topic.
+        topic: the topic read.
         fetch_wait_ms: the reader's fetch wait.
         stall: seconds a read may stand still before it fails.
         read_committed: leave aborted transactions out (exactly-once mode: the policies'
-            commands are written in transactions, and Faust's consumer reads committed).
+            commands and the controller's events are written in transactions, and Faust's
+            consumer reads committed).
         """
         self.kafka = kafka
         self.topic = topic
@@ -149,6 +153,7 @@ class CommandReader:
         self.stall = stall
         self.read_committed = read_committed
         self._consumer: AIOKafkaConsumer | None = None
+        self._turn = asyncio.Lock()
 
     async def read(self, partition: int, lo: int, hi: int) -> list[Any]:
         """The records with lo <= offset < hi (offsets without a record, such as transaction
@@ -157,33 +162,50 @@ class CommandReader:
         Raises:
             TimeoutError: the read did not move for `stall` seconds.
         """
-        consumer = await self._started()
-        tp = TopicPartition(self.topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, lo)
-        out: list[Any] = []
-        moved = time.monotonic()
-        while await consumer.position(tp) < hi:
-            batch = (await consumer.getmany(tp, timeout_ms=500)).get(tp, [])
-            if batch:
-                moved = time.monotonic()
-            elif time.monotonic() - moved > self.stall:
-                raise TimeoutError(
-                    f"reading {self.topic}[{partition}] {lo}..{hi} stood still for "
-                    f"{self.stall:.0f} s at offset {await consumer.position(tp)}"
-                )
-            out.extend(r for r in batch if lo <= r.offset < hi)
-        return out
+        async with self._turn:
+            consumer = await self._started()
+            tp = TopicPartition(self.topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, lo)
+            out: list[Any] = []
+            moved = time.monotonic()
+            while await consumer.position(tp) < hi:
+                batch = (await consumer.getmany(tp, timeout_ms=500)).get(tp, [])
+                if batch:
+                    moved = time.monotonic()
+                elif time.monotonic() - moved > self.stall:
+                    raise TimeoutError(
+                        f"reading {self.topic}[{partition}] {lo}..{hi} stood still for "
+                        f"{self.stall:.0f} s at offset {await consumer.position(tp)}"
+                    )
+                out.extend(r for r in batch if lo <= r.offset < hi)
+            return out
 
     async def peek(self, partition: int, lo: int, *, wait_ms: int = 500) -> list[Any]:
         """What one fetch from `lo` returns (records at or after `lo`; empty: nothing there
         yet). Reads no further: a caller that got records asks again."""
-        consumer = await self._started()
-        tp = TopicPartition(self.topic, partition)
-        consumer.assign([tp])
-        consumer.seek(tp, lo)
-        batch = (await consumer.getmany(tp, timeout_ms=wait_ms)).get(tp, [])
-        return [r for r in batch if r.offset >= lo]
+        return (await self.peek_many({partition: lo}, wait_ms=wait_ms)).get(partition, [])
+
+    async def peek_many(
+        self, starts: dict[int, int], *, wait_ms: int = 500
+    ) -> dict[int, list[Any]]:
+        """`peek` of several partitions at once (partition -> its offset to look from): one
+        fetch round; a partition it returned nothing of is absent."""
+        if not starts:
+            return {}
+        async with self._turn:
+            consumer = await self._started()
+            tps = {p: TopicPartition(self.topic, p) for p in starts}
+            consumer.assign(list(tps.values()))
+            for p, lo in starts.items():
+                consumer.seek(tps[p], lo)
+            batch = await consumer.getmany(*tps.values(), timeout_ms=wait_ms)
+            out: dict[int, list[Any]] = {}
+            for tp, records in batch.items():
+                got = [r for r in records if r.offset >= starts[tp.partition]]
+                if got:
+                    out[tp.partition] = got
+            return out
 
     def consumer(self) -> AIOKafkaConsumer:
         """The reader's consumer (not started)."""
@@ -205,16 +227,51 @@ class CommandReader:
         return self._consumer
 
     async def stop(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        async with self._turn:
+            if self._consumer is not None:
+                await self._consumer.stop()
+                self._consumer = None
 
 
-class CatchUp(GuardedTask):
-    """Reads and decides what the consumer leaves undelivered (see the module docstring, 3):
-    a loop of the worker, from start to stop. A failure here (the partition revoked while
-    deciding, the broker gone past the controller's outage limit) stops the worker, as it
-    does in the controller's agent."""
+class IdleWatch(GuardedTask):
+    """A loop of the worker, from start to stop, that looks about every `every` seconds at
+    the partitions nothing reached for `idle_s`, while the worker has its partitions (a
+    rebalance in progress: never; after one, the consumer gets its idle time first).
+    Subclasses give `_look`."""
+
+    def __init__(self, ready: Callable[[], bool], *, idle_s: float, every: float) -> None:
+        self.ready = ready
+        self.idle_s = idle_s
+        self.every = every
+        self.joined = asyncio.Event()
+        self.joined.set()
+        self.ready_since: float | None = None
+        self.caught_up = 0
+        """Records read this way since the start."""
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            await self.once(time.monotonic())
+
+    async def once(self, now: float) -> None:
+        """One look (`now`: monotonic seconds)."""
+        if not self.ready():
+            self.ready_since = None
+            return
+        if self.ready_since is None:
+            self.ready_since = now
+        await self._look(now, self.ready_since)
+
+    @abc.abstractmethod
+    async def _look(self, now: float, ready_since: float) -> None:
+        """Look at what reached nothing for `idle_s` since `ready_since` at the latest."""
+
+
+class CatchUp(IdleWatch):
+    """Reads and decides what the consumer leaves undelivered (see the module docstring, 3).
+    A failure here (the partition revoked while deciding, the broker gone past the
+    controller's outage limit) stops the worker, as it does in the controller's agent."""
 
     loop_name = "catch_up"
 
@@ -235,37 +292,20 @@ class CatchUp(GuardedTask):
         read_and_decide: read what lies at and after a partition's expected offset, decide
             it, and return how many records that was (`Controller.catch_up`).
         """
+        super().__init__(ready, idle_s=idle_s, every=every)
         self.holes = holes
         self.owned = owned
-        self.ready = ready
         self.read_and_decide = read_and_decide
-        self.idle_s = idle_s
-        self.every = every
-        self.joined = asyncio.Event()
-        self.joined.set()
-        self.ready_since: float | None = None
         self.looked: dict[int, float] = {}
-        self.caught_up = 0
-        """Records read this way since the start."""
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.every)
-            await self.once(time.monotonic())
-
-    async def once(self, now: float) -> None:
+    async def _look(self, now: float, ready_since: float) -> None:
         """Look at each owned partition that nothing reached for `idle_s` (once per `idle_s`):
         whatever the topic holds from its expected offset on is decided."""
-        if not self.ready():
-            self.ready_since = None
-            return
-        if self.ready_since is None:
-            self.ready_since = now
         for partition in sorted(self.owned()):
             quiet_since = max(
-                self.holes.last_delivery.get(partition, self.ready_since),
-                self.ready_since,
-                self.looked.get(partition, self.ready_since),
+                self.holes.last_delivery.get(partition, ready_since),
+                ready_since,
+                self.looked.get(partition, ready_since),
             )
             if now - quiet_since < self.idle_s:
                 continue

@@ -38,7 +38,7 @@ from rackplane.policies.base import Policy
 from rackplane.policies.health import HealthClassifier
 from rackplane.projections import ClusterState, fold
 from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, decision_bytes
-from rackplane.streams._deliveries import IDLE_S, CommandReader, Holes, merged, old_enough
+from rackplane.streams._deliveries import IDLE_S, Holes, RecordReader, merged, old_enough
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
@@ -113,7 +113,7 @@ class Controller:
         snapshots: SnapshotStore | None = None,
         checkpoint_every: int = 10_000,
         holes: Holes | None = None,
-        reader: CommandReader | None = None,
+        reader: RecordReader | None = None,
         released: Callable[[int, int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.replicas = replicas

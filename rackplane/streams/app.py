@@ -41,8 +41,9 @@ from rackplane.streams._append import (
     Fence,
     TransactionalAppender,
 )
-from rackplane.streams._deliveries import CatchUp, CommandReader, Holes
+from rackplane.streams._deliveries import CatchUp, Holes, RecordReader
 from rackplane.streams._fatal import guarded
+from rackplane.streams._following import Follower, FollowerCatchUp
 from rackplane.streams.agents import Appender, Controller, GpuManager, PolicyRunner
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
 from rackplane.streams.audit_agent import AuditAgent, audit_loop
@@ -181,14 +182,30 @@ def create_app(
         )
     )
     commands_topic = commands.get_topic_name()
+    events_topic = events.get_topic_name()
+
+    def reader_of(topic: str) -> RecordReader:
+        """Reads `topic` by offset: what the worker's consumer skipped."""
+        return RecordReader(
+            config.kafka_options(),
+            topic,
+            fetch_wait_ms=config.fetch_wait_ms,
+            stall=STALL_S,
+            read_committed=exactly_once,
+        )
+
+    events_reader = reader_of(events_topic)
+    events_released = _Releases(app, events_topic)
+    events_assigned: set[int] = set()
+    followers: list[Follower] = []
+
+    def follower(name: str, handle: Any, replicas: Replicas) -> Follower:
+        f = Follower(name, handle, replicas, events_reader, released=events_released)
+        followers.append(f)
+        return f
+
     holes = Holes()
-    command_reader = CommandReader(
-        config.kafka_options(),
-        commands_topic,
-        fetch_wait_ms=config.fetch_wait_ms,
-        stall=STALL_S,
-        read_committed=exactly_once,
-    )
+    command_reader = reader_of(commands_topic)
     controller = Controller(
         controller_replicas,
         appender,
@@ -217,7 +234,9 @@ def create_app(
 
     for name in config.policies:
         runner = PolicyRunner(POLICIES[name](), replica(), commands_out)
-        app.agent(events, name=name)(_policy_agent(runner))
+        app.agent(events, name=name)(
+            _policy_agent(name, follower(name, runner.process, runner.replicas))
+        )
 
     loops: list[Loop] = [
         CatchUp(
@@ -225,7 +244,14 @@ def create_app(
             owned=lambda: set(fence.owned),
             ready=lambda: health.ready,
             read_and_decide=controller.catch_up,
-        )
+        ),
+        FollowerCatchUp(
+            followers,
+            events_reader,
+            assigned=lambda: set(events_assigned),
+            ready=lambda: health.ready,
+            committed=lambda p: _committed(app, events_topic, p),
+        ),
     ]
     if config.gpu_manager:
         manager = GpuManager(
@@ -247,11 +273,13 @@ def create_app(
         loops.append(telemetry_loop)
         health.loops = [telemetry_loop]
 
+        manager_events = follower("gpu_manager_events", manager.on_events, manager.replicas)
+
         @app.agent(events, name="gpu_manager_events")
         async def gpu_manager_events(stream: Any) -> None:
             async def body() -> None:
                 async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
-                    await manager.on_events(batch)
+                    await manager_events.process(batch)
 
             await guarded("gpu_manager_events", body)
 
@@ -275,16 +303,17 @@ def create_app(
         projections = Projections(
             replica(), occupancy, jobs, rejected_out, topic=events.get_topic_name(), limit=limit
         )
+        projecting = follower("projections", projections.process, projections.replicas)
 
         @app.agent(events, name="projections")
         async def project(stream: Any) -> None:
             async def body() -> None:
                 async for batch in stream.take_events(BATCH, within=PROJECTION_WITHIN):
-                    await projections.process(batch)
+                    await projecting.process(batch)
 
             await guarded("projections", body)
 
-        projections.metrics.watch(controller)
+        projections.metrics.watch(controller, followers)
         _add_views(app, projections, private)
 
     @app.page("/clusters/{cluster}/controller/")
@@ -313,11 +342,16 @@ def create_app(
         health.ready = False
         for r in replicas:
             r.forget()
+        for f in followers:
+            f.forget()
+        events_released.forget()
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(sender: Any, *args: Any, **kwargs: Any) -> None:
         assigned = args[0] if args else kwargs.get("assigned", ())
         fence.assign({tp.partition for tp in assigned if tp.topic == commands_topic})
+        events_assigned.clear()
+        events_assigned.update(tp.partition for tp in assigned if tp.topic == events_topic)
 
         async def announce() -> None:
             # Ready means every consumer of the worker has its partitions, the telemetry
@@ -339,6 +373,7 @@ def create_app(
             await eventlog.stop()
         await store.stop()
         await command_reader.stop()
+        await events_reader.stop()
         await shared.stop()
         await appends.stop()
         if sink is not None:
@@ -356,6 +391,33 @@ async def _release(app: faust.App, topic: str, partition: int, lo: int, hi: int)
     add_gap = getattr(app.consumer, "_add_gap", None)
     if add_gap is not None and hi > lo:
         await add_gap(TP(topic, partition), lo, hi - 1)
+
+
+class _Releases:
+    """`_release` for the events topic, where several followers read the same skipped
+    records back: each range is marked once (a repeat would cost the commit a round)."""
+
+    def __init__(self, app: faust.App, topic: str) -> None:
+        self.app = app
+        self.topic = topic
+        self.done: set[tuple[int, int, int]] = set()
+
+    async def __call__(self, partition: int, lo: int, hi: int) -> None:
+        if (partition, lo, hi) in self.done:
+            return
+        self.done.add((partition, lo, hi))
+        await _release(self.app, self.topic, partition, lo, hi)
+
+    def forget(self) -> None:
+        """A rebalance: the consumer forgot its gaps of revoked partitions too."""
+        self.done.clear()
+
+
+def _committed(app: faust.App, topic: str, partition: int) -> int:
+    """The group's committed offset of `topic[partition]` as Faust's consumer knows it (0:
+    none), where its deliveries after an assignment start."""
+    offsets = getattr(app.consumer, "_committed_offset", None) or {}
+    return int(offsets.get(TP(topic, partition)) or 0)
 
 
 def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:
@@ -451,15 +513,15 @@ class _StartsWithApp(faust.Service):
                 await self._ticker
 
 
-def _policy_agent(runner: PolicyRunner) -> Any:
+def _policy_agent(name: str, follower: Follower) -> Any:
     async def agent(stream: Any) -> None:
         async def body() -> None:
             async for batch in stream.take_events(BATCH, within=POLICY_WITHIN):
-                await runner.process(batch)
+                await follower.process(batch)
 
-        await guarded(runner.name, body)
+        await guarded(name, body)
 
-    agent.__name__ = runner.name
+    agent.__name__ = name
     return agent
 
 

@@ -117,9 +117,12 @@ class Metrics:
         self.racks_full.labels(c).set(s.racks_full)
         self.seq.labels(c).set(state.seq)
 
-    def watch(self, controller: ControllerCounters) -> None:
-        """Also serve the controller's counters (read when scraped)."""
-        self.registry.register(_ControllerCollector(controller))
+    def watch(
+        self, controller: ControllerCounters, followers: Sequence[FollowerCounters] = ()
+    ) -> None:
+        """Also serve the controller's and the events followers' counters (read when
+        scraped)."""
+        self.registry.register(_ControllerCollector(controller, followers))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -134,11 +137,22 @@ class ControllerCounters(Protocol):
     failing_since: float | None
 
 
-class _ControllerCollector:
-    """The controller's counters as Prometheus metrics, read at each scrape."""
+class FollowerCounters(Protocol):
+    """What /metrics reads of a follower of the events topic (`_following.Follower`)."""
 
-    def __init__(self, controller: ControllerCounters) -> None:
+    name: str
+    read_back: int
+
+
+class _ControllerCollector:
+    """The controller's and the followers' counters as Prometheus metrics, read at each
+    scrape."""
+
+    def __init__(
+        self, controller: ControllerCounters, followers: Sequence[FollowerCounters] = ()
+    ) -> None:
         self.controller = controller
+        self.followers = followers
 
     def describe(self) -> list[Any]:
         return []  # read at collect time only (no pre-registration check)
@@ -166,6 +180,14 @@ class _ControllerCollector:
             "Seconds the controller's appends have been failing (0: they work)",
             value=0.0 if failing is None else max(0.0, time.monotonic() - failing),
         )
+        read_back = CounterMetricFamily(
+            "rackplane_follower_events_read_back",
+            "Events the consumer skipped or never delivered to an agent, read from the topic",
+            labels=["agent"],
+        )
+        for f in self.followers:
+            read_back.add_metric([f.name], f.read_back)
+        yield read_back
 
 
 class Projections:

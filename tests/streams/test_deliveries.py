@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 
 from rackplane.models import Command
-from rackplane.streams._deliveries import CatchUp, CommandReader, Holes, merged
+from rackplane.streams._deliveries import CatchUp, Holes, RecordReader, merged
 from rackplane.streams.client import ensure_topics
 from tests.conftest import BrokerUnderTest
 from tests.streams.conftest import new_config
@@ -30,7 +30,7 @@ from tests.streams.test_controller import (
 
 @dataclass
 class TopicReader:
-    """The commands topic as written: what `CommandReader.read` would return."""
+    """The commands topic as written: what `RecordReader.read` would return."""
 
     written: dict[int, list[Any]] = field(default_factory=dict)
     reads: list[tuple[int, int, int]] = field(default_factory=list)
@@ -228,13 +228,16 @@ async def test_the_command_reader_reads_a_range_of_a_real_partition(
             await producer.send_and_wait(topic, key=b"k", value=f"{i}".encode(), partition=0)
     finally:
         await producer.stop()
-    reader = CommandReader(config.kafka_options(), topic, fetch_wait_ms=20, stall=30.0)
+    reader = RecordReader(config.kafka_options(), topic, fetch_wait_ms=20, stall=30.0)
     try:
         assert [r.value for r in await reader.read(0, 2, 5)] == [b"2", b"3", b"4"]
         assert [r.offset for r in await reader.read(0, 0, 6)] == list(range(6))
         assert await reader.read(0, 4, 4) == []
         assert [r.offset for r in await reader.peek(0, 4)] == [4, 5]
         assert await reader.peek(0, 6, wait_ms=100) == []  # the end: nothing there yet
+        peeked = await reader.peek_many({0: 3}, wait_ms=100)
+        assert {p: [r.offset for r in rs] for p, rs in peeked.items()} == {0: [3, 4, 5]}
+        assert await reader.peek_many({0: 6}, wait_ms=100) == {}
     finally:
         await reader.stop()
 
@@ -261,16 +264,20 @@ def test_metrics_count_the_commands_the_controller_read_back() -> None:
 
     m = Metrics()
     controller = NS(applied=12, undelivered=3, checkpoints=1, failing_since=None)
-    m.watch(controller)
+    followers = [NS(name="tas", read_back=0), NS(name="projections", read_back=0)]
+    m.watch(controller, followers)
     text = m.render().decode()
     assert "rackplane_controller_decisions_total 12.0" in text
     assert "rackplane_controller_commands_read_back_total 3.0" in text
     assert "rackplane_controller_checkpoints_total 1.0" in text
     assert "rackplane_controller_appends_failing_seconds 0.0" in text
+    assert 'rackplane_follower_events_read_back_total{agent="tas"} 0.0' in text
     controller.undelivered = 5
+    followers[1].read_back = 7
     controller.failing_since = time.monotonic() - 10.0
     text = m.render().decode()
     assert "rackplane_controller_commands_read_back_total 5.0" in text  # read at each scrape
+    assert 'rackplane_follower_events_read_back_total{agent="projections"} 7.0' in text
     failing = next(
         line for line in text.splitlines() if line.startswith("rackplane_controller_appends_fail")
     )

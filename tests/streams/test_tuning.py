@@ -15,6 +15,7 @@ import pytest
 from rackplane.config import load_settings
 from rackplane.streams import _heap
 from rackplane.streams._deliveries import CatchUp
+from rackplane.streams._following import FollowerCatchUp
 from rackplane.streams.app import TELEMETRY_FETCH_WAIT_MS, create_app
 from rackplane.streams.client import Client
 from rackplane.streams.config import StreamConfig
@@ -47,15 +48,17 @@ async def test_every_consumer_of_the_worker_and_the_client_waits_as_configured(w
     built.append(Client(config).reader("events"))
     loops = [
         loop for child in app._children for loop in getattr(child, "loops", ()) if child
-    ]  # the loops started with the app: the controller's catch-up, the telemetry loop
-    assert [type(loop) for loop in loops] == [CatchUp, TelemetryLoop]
+    ]  # the loops started with the app: the catch-ups of the controller and the followers,
+    # the telemetry loop
+    assert [type(loop) for loop in loops] == [CatchUp, FollowerCatchUp, TelemetryLoop]
     controller = loops[0].read_and_decide.__self__  # type: ignore[attr-defined]
     built.append(controller.reader.consumer())  # what the consumer skipped, read back
-    built.append(loops[1].consumer())
+    built.append(loops[1].reader.consumer())  # the same for the followers of the events
+    built.append(loops[2].consumer())
     # Telemetry needs no millisecond latency: its loop never waits less than the floor.
     want_telemetry = max(wait, TELEMETRY_FETCH_WAIT_MS)
     try:
-        assert [c._fetch_max_wait_ms for c in built] == [wait, wait, wait, wait, want_telemetry]
+        assert [c._fetch_max_wait_ms for c in built] == [*[wait] * 5, want_telemetry]
     finally:
         for c in built:
             await c.stop()
