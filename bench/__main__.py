@@ -3,7 +3,8 @@
 Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's cluster view
 (`tui`), the history (DuckDB ingest and replay of 1M events), snapshots (encode, decode,
 save and load of a cluster's state) and the rebuild of a partition after a restart (1M and
-10M events, with a checkpoint and from offset 0) by default; the simulator
+10M events, with a checkpoint and from offset 0) and signed commands (the controller's
+Ed25519 check per command) by default; the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
 sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
 streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming one
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             "history",
             "snapshots",
             "rebuild",
+            "signatures",
         ],
         help="one benchmark",
     )
@@ -179,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             sizes = (100_000,) if args.quick else (1_000_000, 10_000_000)
             with _broker(args.broker) as url:
                 results["rebuild"] = asyncio.run(rebuild.run_all(url, say, sizes=sizes))
+        if args.only in (None, "signatures"):
+            from bench import signatures
+
+            results["signatures"] = signatures.run(2_000 if args.quick else 20_000, say)
         if args.only in (None, "gpu"):
             import asyncio
 
@@ -198,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         ("gpu", f"GPU Manager: telemetry classified ({broker_name})"),
         ("snapshots", f"Snapshots: encode, decode, save and load ({broker_name})"),
         ("rebuild", f"Rebuild of a partition after a restart ({broker_name})"),
+        ("signatures", "Signed commands: the controller's check, a sender's signing"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

@@ -7,6 +7,7 @@ and event type gets a strategy without a hand-written one per type.
 
 from __future__ import annotations
 
+import base64
 import types
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from rackplane.models import Command, Event, JobSpec, Rack, Topology
+from rackplane.keyfiles import KeyFile
+from rackplane.models import Command, Event, JobSpec, Rack, Role, Signature, Topology, TrustedKey
 from rackplane.models._text import FreeText, NameRule, refused
 
 IDS = st.from_regex(r"\A[a-z][a-z0-9-]{0,10}\Z")
@@ -65,7 +67,38 @@ def job_specs(draw: st.DrawFn) -> JobSpec:
     )
 
 
-_SPECIAL: dict[Any, st.SearchStrategy[Any]] = {Topology: topologies(), JobSpec: job_specs()}
+_POOL = [KeyFile.new(f"user:k{i}") for i in range(4)]
+"""Real key pairs: a trusted key's id must be its public key's."""
+
+
+@st.composite
+def trusted_keys(draw: st.DrawFn) -> TrustedKey:
+    key = draw(st.sampled_from(_POOL))
+    roles = draw(st.lists(st.sampled_from(list(Role)), min_size=1, max_size=3, unique=True))
+    return TrustedKey(id=key.id, public_key=key.public_key, actor=draw(IDS), roles=tuple(roles))
+
+
+def key_sets() -> st.SearchStrategy[tuple[TrustedKey, ...]]:
+    """What a cluster may trust: distinct keys, the first an admin."""
+    return st.lists(trusted_keys(), min_size=1, max_size=3, unique_by=lambda k: k.id).map(
+        lambda ks: (ks[0].model_copy(update={"roles": (Role.ADMIN,)}), *ks[1:])
+    )
+
+
+SIGNATURES = st.builds(
+    Signature,
+    key=st.sampled_from([k.id for k in _POOL]),
+    value=st.binary(min_size=64, max_size=64).map(lambda b: base64.b64encode(b).decode()),
+)
+KEY_IDS = st.from_regex(r"\A[0-9a-f]{16}\Z").filter(lambda k: k not in {p.id for p in _POOL})
+"""Key ids of no pool key (revoked ones: never one a cluster trusts)."""
+
+_SPECIAL: dict[Any, st.SearchStrategy[Any]] = {
+    Topology: topologies(),
+    JobSpec: job_specs(),
+    TrustedKey: trusted_keys(),
+    Signature: SIGNATURES,
+}
 
 
 def _bounds(metadata: list[Any]) -> dict[str, Any]:
@@ -96,6 +129,8 @@ def _for(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
         return st.sampled_from(get_args(annotation))
     if origin is tuple:
         args = get_args(annotation)
+        if args[0] is TrustedKey:
+            return key_sets()
         b = _bounds(metadata)
         return st.lists(_for(args[0], []), min_size=b.get("min_length", 0), max_size=4).map(tuple)
     if origin is dict:
@@ -120,6 +155,8 @@ def _for(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
         rule = next((m for m in metadata if isinstance(m, NameRule)), None)
         if rule is not None and rule.first != "A-Za-z0-9":
             return st.from_regex(rule.pattern, fullmatch=True)  # a command type
+        if b.get("pattern") == r"^[0-9a-f]{16}$":
+            return KEY_IDS
         if "pattern" in b:
             return IDS
         chars = TEXT_CHARS if any(isinstance(m, FreeText) for m in metadata) else st.characters()

@@ -8,6 +8,7 @@ from rackplane import __version__
 from rackplane.cli import _client, _exporter, _history, _replay, _sim, _streams, _tui, _up
 from rackplane.cli._config import config_app
 from rackplane.cli._demo import demo
+from rackplane.cli._keys import keys_app
 from rackplane.cli._topology import topology_app
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 app.add_typer(topology_app, name="topology")
 app.add_typer(config_app, name="config")
+app.add_typer(keys_app, name="keys")
 app.command()(demo)
 _streams.register(app)
 _client.register(app)

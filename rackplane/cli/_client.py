@@ -29,6 +29,7 @@ from rich.table import Table
 from rackplane.cli._config import ConfigFile, settings
 from rackplane.cli._render import checked, console, errors, fail, message_of, print_json
 from rackplane.config import RackplaneSettings
+from rackplane.keyfiles import KeyFile, KeyFileError, load_key
 from rackplane.models import (
     ACTOR_RULE,
     CancelJob,
@@ -78,8 +79,27 @@ def _settings(
     return settings(config_file, broker=broker, topic_prefix=prefix, actor=actor)
 
 
+def _key(s: RackplaneSettings) -> KeyFile | None:
+    """The settings' key file, read (None: none set), or exit with why."""
+    if s.key_file is None:
+        return None
+    try:
+        return load_key(s.key_file)
+    except KeyFileError as err:
+        fail(str(err))
+
+
 def _actor(s: RackplaneSettings) -> str:
-    """The settings' actor, else `operator:$USER` (see the module docstring), or exit."""
+    """The key file's actor, else the settings' actor, else `operator:$USER` (see the module
+    docstring), or exit."""
+    key = _key(s)
+    if key is not None:
+        if s.actor and s.actor != key.actor:
+            fail(
+                f"the key file {s.key_file} signs as {key.actor!r}, not {s.actor!r}: drop "
+                "--actor (RACKPLANE_ACTOR) or use that actor's key file"
+            )
+        return key.actor
     if s.actor:
         return s.actor
     try:
@@ -125,6 +145,9 @@ def _issue(
 def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool) -> None:
     from rackplane.streams.client import Client
 
+    key = _key(s)
+    if key is not None:
+        command = key.sign(command)
     config = s.stream_config()
     broker = s.broker
 
@@ -185,7 +208,7 @@ def register_topology(
         policy = s.policy_over(cf.policy)
     except (TopologyFileError, OSError, ValueError) as err:
         fail(str(err))
-    if policy.admins is None:
+    if policy.admins is None and policy.keys is None:
         errors.print(
             "[yellow]warning:[/] no admin list (policy setting `admins`): every actor may run "
             "admin commands on this cluster (docs/OPERATIONS.md)",

@@ -110,6 +110,10 @@ def worker(
         typer.Option(help="Events of a partition between checkpoints (snapshots); 0: none."),
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
+    worker_key_file: Annotated[
+        Path | None,
+        typer.Option(help="Key file the policies and the GPU Manager sign their commands with."),
+    ] = None,
     seen_window: Annotated[
         int | None,
         typer.Option(min=1, hidden=True, help="Command ids remembered for dedupe (fault suite)."),
@@ -119,6 +123,7 @@ def worker(
 
     Flags override RACKPLANE_* variables, which override the config file (docs/CONFIG.md).
     """
+    from rackplane.keyfiles import KeyFileError
     from rackplane.streams.app import WebConfigError, run_worker
     from rackplane.streams.topics import TopicsError
 
@@ -146,6 +151,7 @@ def worker(
         checkpoint_every=checkpoint_every,
         fetch_wait_ms=fetch_wait_ms,
         log_level=log_level,
+        worker_key_file=worker_key_file,
     )
     config = s.stream_config()
     if seen_window is not None:
@@ -156,7 +162,7 @@ def worker(
         _check_transactions(config)
     try:
         run_worker(config, loglevel=s.log_level)
-    except (TopicsError, WebConfigError) as err:
+    except (TopicsError, WebConfigError, KeyFileError) as err:
         fail(str(err))
 
 

@@ -44,6 +44,7 @@ def tui(
 
     Broker, prefix, Kafka security and actor come from the settings (config file < RACKPLANE_*
     < flags; docs/CONFIG.md), like every client command's."""
+    from rackplane.keyfiles import KeyFileError, load_key
     from rackplane.tui import ConsoleApp, LiveSource, MemorySource, Source, SourceError
     from rackplane.tui.sources import history_source
 
@@ -64,7 +65,15 @@ def tui(
             s = settings(config_file, broker=broker, topic_prefix=prefix, actor=actor)
             config = s.stream_config()
             actor = s.actor
-            source = LiveSource(config.broker, cluster=cluster, prefix=config.prefix, config=config)
-    except SourceError as err:
+            sign = None
+            if s.key_file is not None:  # the console signs and acts as the key file's actor
+                key = load_key(s.key_file)
+                if actor and actor != key.actor:
+                    fail(f"the key file {s.key_file} signs as {key.actor!r}, not {actor!r}")
+                actor, sign = key.actor, key.sign
+            source = LiveSource(
+                config.broker, cluster=cluster, prefix=config.prefix, config=config, sign=sign
+            )
+    except (SourceError, KeyFileError) as err:
         fail(str(err))
     ConsoleApp(source, actor=operator(actor)).run()

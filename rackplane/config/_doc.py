@@ -67,8 +67,9 @@ def _type(field: FieldInfo) -> str:
     if get_origin(field.annotation) is Literal:
         return " \\| ".join(f"`{a}`" for a in args)
     text = str(field.annotation).replace("typing.", "").replace("pathlib.", "")
-    text = re.sub(r"Annotated\[(\w+), [^\]]*\)\]", r"\1", text)
+    text = re.sub(r"Annotated\[(\w+), .*?\)\]", r"\1", text)  # a pattern may hold ']'
     text = text.replace("pydantic.types.", "").replace("rackplane.models.settings.", "")
+    text = text.replace("rackplane.models.keys.", "")
     text = text.replace("datetime.", "").replace("<class '", "").replace("'>", "")
     text = re.sub(r"^Optional\[(.*)\]$", r"\1 | None", text)  # `Annotated[...] | None` prints so
     return text.replace("NoneType", "None").replace("|", "\\|")

@@ -151,6 +151,13 @@ class RackplaneSettings(BaseSettings):
     actor: Actor | None = None
     """Who the client commands act as (default `operator:$USER`); admin commands check it.
     ASCII letters, digits and . _ : / @ + -, at most 128 characters."""
+    key_file: Path | None = None
+    """Your key file (`rackplane keys new`): the CLI and the console sign every command with
+    it, and act as its actor. A cluster that trusts keys takes only signed commands. Mode
+    0600; its private key is never printed."""
+    worker_key_file: Path | None = None
+    """The worker's key file: the policies' proposals and the GPU Manager's reports are signed
+    with it (a cluster with keys trusts it with the `policy` role)."""
     cluster_file: Path | None = None
     """Cluster file `rackplane register` sends when no file is named."""
     policy: PolicySettings = PolicySettings()
@@ -251,6 +258,7 @@ class RackplaneSettings(BaseSettings):
             audit_dir=str(self.audit_dir) if self.audit_dir is not None else None,
             db=str(self.history_db) if self.record_history else None,
             security=self.security(),
+            worker_key_file=str(self.worker_key_file) if self.worker_key_file else None,
         )
 
     def policy_over(self, base: PolicySettings) -> PolicySettings:

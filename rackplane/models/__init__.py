@@ -51,9 +51,11 @@ from rackplane.models.commands import (
     RepairNode,
     ReportNodeHealth,
     ReportRackHealth,
+    RevokeKey,
     StartJob,
     SubmitJob,
     SwapNode,
+    TrustKey,
     UncordonNode,
 )
 from rackplane.models.events import (
@@ -85,6 +87,15 @@ from rackplane.models.events import (
     TopologyRegistered,
 )
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE, JobKind, JobSpec, slice_sizes
+from rackplane.models.keys import (
+    SIGNING_CONTEXT,
+    KeyId,
+    Role,
+    Signature,
+    TrustedKey,
+    key_id_of,
+    signing_payload,
+)
 from rackplane.models.rejection import REJECTIONS, Rejection
 from rackplane.models.settings import PolicySettings
 from rackplane.models.telemetry import TELEMETRY, GpuSample, NodeTelemetry
@@ -113,6 +124,7 @@ __all__ = [
     "REASON_MAX",
     "REJECTIONS",
     "SCHEMA_VERSION",
+    "SIGNING_CONTEXT",
     "TELEMETRY",
     "Actor",
     "BlockJob",
@@ -153,6 +165,7 @@ __all__ = [
     "JobStarted",
     "JobStatus",
     "JobSubmitted",
+    "KeyId",
     "Label",
     "MigrateSlice",
     "NameRule",
@@ -187,6 +200,9 @@ __all__ = [
     "RepairNode",
     "ReportNodeHealth",
     "ReportRackHealth",
+    "RevokeKey",
+    "Role",
+    "Signature",
     "SliceAssignment",
     "SliceDegraded",
     "SliceMigrated",
@@ -196,9 +212,13 @@ __all__ = [
     "Topology",
     "TopologyIndex",
     "TopologyRegistered",
+    "TrustKey",
+    "TrustedKey",
     "UncordonNode",
     "XidAction",
     "describe_error",
+    "key_id_of",
     "printable",
+    "signing_payload",
     "slice_sizes",
 ]

@@ -7,6 +7,7 @@ from typing import NamedTuple
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from rackplane.models._ids import Actor, ClusterId, CommandId, CompoundId, EventId
+from rackplane.models.keys import Signature
 
 SCHEMA_VERSION = 1
 
@@ -23,6 +24,9 @@ class CommandEnvelope(BaseModel):
     issued_at: AwareDatetime | None = None
     causation_id: CompoundId | None = None
     correlation_id: CompoundId | None = None
+    signature: Signature | None = None
+    """Its actor's Ed25519 signature (`models.keys`): required in a cluster whose settings
+    hold keys, checked before anything else is."""
 
 
 class CommandPosition(NamedTuple):

@@ -14,6 +14,7 @@ from rackplane.models._envelope import CommandEnvelope
 from rackplane.models._ids import JobId, NodeId, RackId
 from rackplane.models._text import Reason
 from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
+from rackplane.models.keys import KeyId, TrustedKey
 from rackplane.models.settings import PolicySettings
 from rackplane.models.topology import Topology
 from rackplane.models.values import (
@@ -42,6 +43,23 @@ class ConfigurePolicy(CommandEnvelope):
     settings: PolicySettings
     reason: Reason = ""
     """Why; required when the change allows interactive preemption."""
+
+
+class TrustKey(CommandEnvelope):
+    """Trust a public key for an actor and roles (an admin command), or change the roles of
+    a key already trusted."""
+
+    type: Literal["TrustKey"] = "TrustKey"
+    key: TrustedKey
+    reason: Reason = ""
+
+
+class RevokeKey(CommandEnvelope):
+    """Stop trusting a key, for good (an admin command). The last admin key cannot go."""
+
+    type: Literal["RevokeKey"] = "RevokeKey"
+    key: KeyId
+    reason: Reason = ""
 
 
 class SubmitJob(CommandEnvelope):
@@ -204,6 +222,8 @@ class PlanDefrag(CommandEnvelope):
 Command = Annotated[
     RegisterTopology
     | ConfigurePolicy
+    | TrustKey
+    | RevokeKey
     | SubmitJob
     | CancelJob
     | StartJob

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rackplane.models._ids import Actor
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE, MAX_SLICE_NODES
+from rackplane.models.keys import KeyId, Role, TrustedKey
 from rackplane.models.values import XidAction
 
 
@@ -43,3 +45,26 @@ class PolicySettings(BaseModel):
     actor do them, for a single operator's test setup; set it in production."""
     xid_actions: dict[int, XidAction] = Field(default_factory=dict)
     """Operator overrides of the GPU Manager's XID policy table: XID -> action."""
+    keys: tuple[TrustedKey, ...] | None = Field(default=None, max_length=1_024)
+    """The public keys the cluster trusts, with the actor each signs as and its roles. Set,
+    every command must carry a valid signature by one of them (`CommandRejected` with code
+    `unauthenticated` otherwise), and roles decide who may do what (`admins` is then
+    unused). It must hold an admin key. Changed only by `TrustKey` and `RevokeKey`, after the
+    registration that sets it (signed by one of its admin keys). None (the default): no
+    signatures, for a single operator's test setup."""
+    revoked_keys: tuple[KeyId, ...] = Field(default=(), max_length=10_000)
+    """Ids of keys revoked: never trusted again."""
+
+    @model_validator(mode="after")
+    def _keys_hold(self) -> Self:
+        if self.keys is None:
+            return self
+        ids = [k.id for k in self.keys]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a key is listed twice")
+        if not any(Role.ADMIN in k.roles for k in self.keys):
+            raise ValueError("the trusted keys include no admin key: nobody could change them")
+        revoked = set(ids) & set(self.revoked_keys)
+        if revoked:
+            raise ValueError(f"key {sorted(revoked)[0]} is revoked and cannot be trusted")
+        return self

@@ -97,6 +97,7 @@ RejectionCode = Literal[
     "reserved",
     "not_borrowable",
     "not_authorized",
+    "unauthenticated",
     "reason_required",
 ]
 

@@ -10,19 +10,39 @@ Rules of this file:
 - `admins=None` (no list) lets every actor through: a single operator's or a test's setup.
   The first `RegisterTopology` of a cluster is not an admin command: it is what sets the list.
 - Policies (`policy:<name>` actors) propose preemptions and defrag plans on their own; they
-  act within the settings an admin chose. The actor is what the sender says it is: who may
-  write to the commands topic is for the broker's ACLs (docs/OPERATIONS.md).
+  act within the settings an admin chose. Without keys the actor is what the sender says it
+  is: who may write to the commands topic is for the broker's ACLs (docs/OPERATIONS.md).
+- A cluster with trusted keys (`PolicySettings.keys`) decides by the roles of the key that
+  signed (`_authenticate`), not by actor names or the admin list: `ROLE_RULES` below, one
+  line per command. An admin key may send everything; an exporter key nothing.
 """
 
 from __future__ import annotations
 
 from rackplane.models import (
+    BlockJob,
     CancelJob,
     Command,
+    CompleteJob,
     ConfigurePolicy,
+    CordonNode,
+    DegradeSlice,
+    FailJob,
+    MigrateSlice,
+    PlaceJob,
     PlanDefrag,
     PreemptJobs,
     RegisterTopology,
+    RepairNode,
+    ReportNodeHealth,
+    ReportRackHealth,
+    RevokeKey,
+    Role,
+    StartJob,
+    SubmitJob,
+    SwapNode,
+    TrustedKey,
+    TrustKey,
     UncordonNode,
 )
 from rackplane.policies._checks import reject
@@ -43,6 +63,8 @@ def admin_action(s: ClusterState, c: Command) -> str | None:
             return f"uncordoning node {node}"
         case ConfigurePolicy():
             return "changing the policy settings"
+        case TrustKey() | RevokeKey():
+            return "changing the trusted keys"
         case RegisterTopology() if s.registered:
             return "re-registering the topology and settings of a registered cluster"
         case PreemptJobs(jobs=jobs) if not is_policy(c.actor):
@@ -56,8 +78,71 @@ def admin_action(s: ClusterState, c: Command) -> str | None:
     return None
 
 
-def check_authorized(s: ClusterState, c: Command) -> None:
-    """Reject `c` (code `not_authorized`) when it needs an admin and its actor is not one."""
+ADMIN, OPERATOR, RUNTIME, POLICY = Role.ADMIN, Role.OPERATOR, Role.RUNTIME, Role.POLICY
+OWNER = "owner"
+"""Also allowed: the owner of the job the command names (its key signs as the owner)."""
+
+ROLE_RULES: dict[type, frozenset[str]] = {
+    RegisterTopology: frozenset(),
+    ConfigurePolicy: frozenset(),
+    TrustKey: frozenset(),
+    RevokeKey: frozenset(),
+    UncordonNode: frozenset(),
+    SubmitJob: frozenset({OPERATOR, RUNTIME}),
+    CancelJob: frozenset({RUNTIME, OWNER}),
+    StartJob: frozenset({RUNTIME, OWNER}),
+    CompleteJob: frozenset({RUNTIME, OWNER}),
+    FailJob: frozenset({RUNTIME, OWNER}),
+    CordonNode: frozenset({OPERATOR, RUNTIME}),
+    RepairNode: frozenset({OPERATOR}),
+    ReportNodeHealth: frozenset({OPERATOR, POLICY}),
+    ReportRackHealth: frozenset({OPERATOR, POLICY}),
+    PlaceJob: frozenset({POLICY}),
+    BlockJob: frozenset({POLICY}),
+    SwapNode: frozenset({POLICY}),
+    MigrateSlice: frozenset({POLICY}),
+    DegradeSlice: frozenset({POLICY}),
+    PreemptJobs: frozenset({POLICY}),
+    PlanDefrag: frozenset({POLICY}),
+}
+"""Besides an admin key, who may send each command in a cluster with keys: roles, and
+`OWNER` (the actor that owns the job named). An operator submits jobs it owns; a runtime (a
+workload manager's adapter) submits for any owner."""
+
+
+def check_roles(s: ClusterState, c: Command, key: TrustedKey) -> None:
+    """Reject `c` (code `not_authorized`) when `key`'s roles do not allow it (`ROLE_RULES`)."""
+    roles = set(key.roles)
+    if ADMIN in roles:
+        return
+    allowed = ROLE_RULES[type(c)]
+    if roles & allowed:
+        if isinstance(c, SubmitJob) and RUNTIME not in roles and c.job.owner != c.actor:
+            reject(
+                "not_authorized",
+                f"{c.actor!r} may submit only jobs it owns, not one of {c.job.owner!r} "
+                "(a runtime key submits for others)",
+            )
+        return
+    job_id = getattr(c, "job", None)
+    if OWNER in allowed and isinstance(job_id, str):
+        job = s.jobs.get(job_id)
+        if job is not None and job.spec.owner == c.actor:
+            return
+    needs = sorted(str(r) for r in allowed) or []
+    reject(
+        "not_authorized",
+        f"{c.type} needs a key with the role {' or '.join([*needs, 'admin'])}: key {key.id} "
+        f"of {c.actor!r} has {', '.join(str(r) for r in key.roles)}",
+    )
+
+
+def check_authorized(s: ClusterState, c: Command, key: TrustedKey | None = None) -> None:
+    """Reject `c` (code `not_authorized`) when the roles of `key`, the key that signed it,
+    do not allow it; without keys, when it needs an admin and its actor is not one."""
+    if key is not None:
+        check_roles(s, c, key)
+        return
     admins = s.settings.admins
     if admins is None or c.actor in admins:
         return

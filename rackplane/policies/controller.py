@@ -63,15 +63,19 @@ from rackplane.models import (
     RepairNode,
     ReportNodeHealth,
     ReportRackHealth,
+    RevokeKey,
     StartJob,
     SubmitJob,
     SwapNode,
     TopologyRegistered,
+    TrustKey,
     UncordonNode,
 )
+from rackplane.policies import _authenticate as authn
 from rackplane.policies import _authorize as auth
 from rackplane.policies import _checks as chk
 from rackplane.policies import _decide_slices as slices
+from rackplane.policies import _keyring as keyring
 from rackplane.policies._checks import Emitter
 from rackplane.policies._checks import Rejected as Rejected
 from rackplane.projections.state import (
@@ -160,7 +164,7 @@ def refuse_oversized(
 
 
 def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
-    auth.check_authorized(s, c)
+    auth.check_authorized(s, c, authn.authenticate(s, c))
     match c:
         case RegisterTopology():
             _register_topology(s, c, out)
@@ -170,6 +174,10 @@ def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
             )
         case ConfigurePolicy():
             _configure_policy(s, c, out)
+        case TrustKey():
+            keyring.trust_key(s, c, out)
+        case RevokeKey():
+            keyring.revoke_key(s, c, out)
         case SubmitJob():
             _submit_job(s, c, out)
         case CancelJob(job=job, reason=reason):
@@ -225,6 +233,8 @@ def _register_topology(s: ClusterState, c: RegisterTopology, out: Emitter) -> No
             "wrong_cluster", f"topology is of cluster {t.cluster!r}, command of {c.cluster!r}"
         )
     settings = c.settings or s.settings
+    if s.settings.keys is not None:
+        keyring.keys_kept(s, settings)
     if s.index is not None:
         if s.index.topology == t and settings == s.settings:
             chk.ignore("this topology and these settings are already registered")
@@ -244,6 +254,7 @@ def _register_topology(s: ClusterState, c: RegisterTopology, out: Emitter) -> No
 def _configure_policy(s: ClusterState, c: ConfigurePolicy, out: Emitter) -> None:
     if c.settings == s.settings:
         chk.ignore("the policy settings are already these")
+    keyring.keys_kept(s, c.settings)
     was_on = s.settings.allow_interactive_preemption
     turns_on = c.settings.allow_interactive_preemption and not was_on
     if turns_on and not c.reason.strip():

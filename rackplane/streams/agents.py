@@ -459,7 +459,11 @@ class PolicyRunner:
         *,
         clock: Clock = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
+        sign: Callable[[Command], Command] = lambda c: c,
     ) -> None:
+        """`sign`: the worker's signature on each proposal (`KeyFile.sign`; none by default,
+        which only a cluster without keys takes)."""
+        self.sign = sign
         self.policy = policy
         self.name = policy.name
         self.replicas = replicas
@@ -492,7 +496,7 @@ class PolicyRunner:
                 if self._in_flight(command):
                     self.suppressed += 1
                     continue
-                out.append((cluster.encode(), encode_command(command)))
+                out.append((cluster.encode(), encode_command(self.sign(command))))
         await send_all(self.commands, out, what=f"{self.name}'s proposals")
 
     def _settled(self, events: Sequence[Event]) -> None:
@@ -551,7 +555,10 @@ class GpuManager:
         *,
         topic: str,
         limit: int,
+        sign: Callable[[Command], Command] = lambda c: c,
     ) -> None:
+        """`sign`: the worker's signature on each report (see `PolicyRunner`)."""
+        self.sign = sign
         self.classifier = classifier
         self.replicas = replicas
         self.commands = commands
@@ -635,6 +642,6 @@ class GpuManager:
                 health=verdict.health,
                 cause=verdict.cause,
             )
-            out.append((sample.cluster.encode(), encode_command(command)))
+            out.append((sample.cluster.encode(), encode_command(self.sign(command))))
         await reject_all(self.rejected, rejections)
         await send_all(self.commands, out, what="health reports")

@@ -24,11 +24,14 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import faust
 from faust.types import TP
 
+from rackplane.keyfiles import load_key
+from rackplane.models import Command
 from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
@@ -125,6 +128,7 @@ def create_app(
     )
     health = Health()
     private = _token_check(config.web_token)
+    sign = _signer(config)
     logs: list[EventLog] = []
     replicas: list[Replicas] = []
     initial = _initial(config)
@@ -233,7 +237,7 @@ def create_app(
         await guarded("controller", body)
 
     for name in config.policies:
-        runner = PolicyRunner(POLICIES[name](), replica(), commands_out)
+        runner = PolicyRunner(POLICIES[name](), replica(), commands_out, sign=sign)
         app.agent(events, name=name)(
             _policy_agent(name, follower(name, runner.process, runner.replicas))
         )
@@ -261,6 +265,7 @@ def create_app(
             FastSender(shared, rejected.get_topic_name()),
             topic=telemetry.get_topic_name(),
             limit=limit,
+            sign=sign,
         )
         telemetry_loop = TelemetryLoop(
             config.kafka_options(),
@@ -418,6 +423,19 @@ def _committed(app: faust.App, topic: str, partition: int) -> int:
     none), where its deliveries after an assignment start."""
     offsets = getattr(app.consumer, "_committed_offset", None) or {}
     return int(offsets.get(TP(topic, partition)) or 0)
+
+
+def _signer(config: StreamConfig) -> Callable[[Command], Command]:
+    """How the worker signs its commands: with its key file, or not at all.
+
+    Raises:
+        KeyFileError: the key file cannot be read or is open to others.
+    """
+    if config.worker_key_file is None:
+        return lambda c: c
+    key = load_key(Path(config.worker_key_file))
+    log.info("signing the policies' and the GPU Manager's commands with key %s", key.id)
+    return key.sign
 
 
 def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:

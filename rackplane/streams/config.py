@@ -142,6 +142,9 @@ class StreamConfig:
     db: str | None = None
     """The DuckDB history file the audit sink records into, when set (`rackplane.history`)."""
     web_token: str | None = field(default=None, repr=False)
+    worker_key_file: str | None = None
+    """The key file the policies and the GPU Manager sign their commands with (None: they
+    send them unsigned, which only a cluster without keys takes)."""
     """The bearer token every view but /health, /ready and /metrics requires (None: none,
     which only a worker bound to a loopback address may run with). A secret: never logged."""
 

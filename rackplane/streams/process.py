@@ -75,6 +75,8 @@ class WorkerProcess:
             args += ["--audit-dir", c.audit_dir]
         if c.db:
             args += ["--db", c.db]
+        if c.worker_key_file:
+            args += ["--worker-key-file", c.worker_key_file]
         return args
 
     def start(self, *, ready_timeout: float = 90.0) -> Self:

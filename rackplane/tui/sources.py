@@ -106,6 +106,7 @@ class LiveSource:
         cluster: str | None,
         prefix: str = "rackplane",
         config: StreamConfig | None = None,
+        sign: Callable[[Command], Command] | None = None,
     ) -> None:
         """Args:
         broker: kafka://host:port.
@@ -113,7 +114,9 @@ class LiveSource:
         prefix: topic prefix.
         config: the full connection settings (security included) when the caller has them;
             `broker` and `prefix` are then taken from it.
+        sign: signs each command sent (the operator's key file: `KeyFile.sign`).
         """
+        self.sign = sign
         from rackplane.streams.config import StreamConfig
 
         self.config = config or StreamConfig(broker=broker, prefix=prefix)
@@ -199,6 +202,8 @@ class LiveSource:
         client = self._client
         if client is None:
             raise SourceError("not connected to the broker yet")
+        if self.sign is not None:
+            command = self.sign(command)
         try:
             await client.send(command)  # type: ignore[attr-defined]
         except Exception as err:  # the broker's own error, said plainly

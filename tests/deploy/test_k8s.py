@@ -110,11 +110,20 @@ def test_pods_are_locked_down_and_take_kafka_credentials_from_the_secret() -> No
             password = env["RACKPLANE_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
             assert password == {"name": SECRET, "key": "password"}
             assert "value" not in env["RACKPLANE_KAFKA_SASL_PASSWORD"]
+            secrets = {
+                v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v
+            }
             if c["args"][0] == "worker":  # its views bind 0.0.0.0: a token from a Secret
                 token = env["RACKPLANE_WEB_TOKEN"]["valueFrom"]["secretKeyRef"]
                 assert token == {"name": "rackplane-web", "key": "token"}
+                # It signs the policies' commands with a key from its own Secret, read-only.
+                (mount,) = [m for m in c["volumeMounts"] if m["name"] in secrets]
+                assert secrets[mount["name"]] == "rackplane-worker-key" and mount["readOnly"]
+                key_file = env["RACKPLANE_WORKER_KEY_FILE"]["value"]
+                assert key_file.startswith(mount["mountPath"] + "/")
             else:
                 assert "RACKPLANE_WEB_TOKEN" not in env, f"{name} needs no web token"
+                assert not secrets, f"{name} mounts no key: only workers sign as policies"
 
 
 def test_mounted_config_maps_exist_and_hold_a_valid_config_and_cluster_file(
