@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from rackplane.models import PolicyConfigured, PolicySettings, RevokeKey, Role, TrustKey
 from rackplane.policies import _checks as chk
+from rackplane.policies._authenticate import WORKER_ACTORS
 from rackplane.policies._checks import Emitter
 from rackplane.projections.state import ClusterState
 
@@ -46,11 +47,13 @@ def trust_key(s: ClusterState, c: TrustKey, out: Emitter) -> None:
     new = c.key
     if new.id in s.settings.revoked_keys:
         chk.reject("invalid_state", f"key {new.id} was revoked: it is never trusted again")
-    if new.actor.startswith("policy:") and Role.POLICY not in new.roles:
+    if (new.actor.startswith("policy:") or new.actor in WORKER_ACTORS) and (
+        Role.POLICY not in new.roles
+    ):
         chk.reject(
             "invalid_state",
-            f"actor {new.actor!r} is a policy's name: only a key with the policy role (a "
-            "worker's) signs as a policy",
+            f"actor {new.actor!r} is a worker's name: only a key with the policy role (a "
+            "worker's) signs as a policy or the GPU Manager",
         )
     old = next((k for k in keys if k.id == new.id), None)
     if old == new:

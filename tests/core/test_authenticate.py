@@ -200,6 +200,9 @@ CASES = [
          key=KEYS["alice"].id), "invalid_state"),
     Case("a policy's name is only for a key of the policy role", lambda h: signed("alice",
          TrustKey, key=KeyFile.new("policy:tas").trusted(Role.OPERATOR)), "invalid_state"),
+    Case("the GPU Manager's name is only for a key of the policy role", lambda h: signed(
+         "alice", TrustKey, key=KeyFile.new("gpu_manager").trusted(Role.OPERATOR)),
+         "invalid_state"),
     Case("an operator may not re-register", lambda h: signed("bob", RegisterTopology,
          topology=topology(R01, R02), settings=keyed_settings(spares_per_rack=0)),
          "not_authorized"),
@@ -278,6 +281,30 @@ def test_a_key_trusted_by_an_admin_signs_from_then_on() -> None:
     assert type(e).__name__ == "NodeCordoned" and e.actor == "operator:eve"
     (e,) = h.when(signed("alice", TrustKey, key=KEYS["eve"].trusted(Role.OPERATOR)))
     assert type(e).__name__ == "CommandIgnored"  # already so
+
+
+def test_an_open_clusters_admin_list_decides_who_turns_keys_on() -> None:
+    h = Harness().given(
+        cmd(RegisterTopology, topology=topology(R01), settings=PolicySettings(admins=("user:bob",)))
+    )
+    capture = signed("eve", RegisterTopology, topology=topology(R01),
+                     settings=PolicySettings(keys=(KEYS["eve"].trusted(Role.ADMIN),)))  # fmt: skip
+    (e,) = h.when(capture)
+    assert isinstance(e, CommandRejected) and e.code == "not_authorized"
+    assert h.state.settings.keys is None
+    by_admin = signed("bob", RegisterTopology, topology=topology(R01),
+                      settings=PolicySettings(admins=("user:bob",),
+                                              keys=(KEYS["bob"].trusted(Role.ADMIN),)))  # fmt: skip
+    (e,) = h.when(by_admin)
+    assert type(e).__name__ == "TopologyRegistered"
+    assert keys_of(h) == (KEYS["bob"].trusted(Role.ADMIN),)
+
+
+def test_every_command_type_has_a_role_rule() -> None:
+    from rackplane.policies._authorize import ROLE_RULES
+    from tests.strategies import COMMAND_TYPES
+
+    assert set(ROLE_RULES) == set(COMMAND_TYPES)
 
 
 def test_a_cluster_without_keys_takes_unsigned_commands() -> None:
