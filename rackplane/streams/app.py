@@ -656,10 +656,12 @@ def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
     Raises:
         WebConfigError: the views would be open beyond this machine (`StreamConfig.web_problem`).
         TopicsError: the topics cannot hold a log that never forgets (see `topics`).
+        KeyFileError: the worker's key file cannot be read or is open to others.
     """
     problem = config.web_problem()
     if problem is not None:
         raise WebConfigError(problem)
+    _signer(config)  # a key file it cannot use stops it here, before it talks to the broker
     _quiet.quiet_kafka_clients()
     asyncio.run(ensure_topics(config))
     app = create_app(config)

@@ -205,3 +205,17 @@ def test_an_actor_flag_that_is_not_the_key_files_actor_is_one_line_of_error(
         f"error: the key file {keys['bob']} signs as 'user:bob', not 'operator:mallory': drop "
         "--actor (RACKPLANE_ACTOR) or use that actor's key file"
     ]
+
+
+def test_a_worker_whose_key_file_is_open_to_others_refuses_to_start_in_one_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "worker.key"
+    KeyFile.new("worker:w1").save(path)
+    path.chmod(0o644)
+    argv = ["worker", "--broker", "kafka://127.0.0.1:9", "--worker-key-file", str(path)]
+    result = runner.invoke(app, argv)  # no broker there: refused before it is asked
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: {path}: others can read or change this key file (mode 644): chmod 600 it"
+    ]
