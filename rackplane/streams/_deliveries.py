@@ -114,6 +114,37 @@ def merged(batch: Sequence[Any], found: dict[tuple[int, int], list[Any]]) -> lis
     return out
 
 
+async def filled(
+    batch: Sequence[Any],
+    holes: Holes,
+    expected: dict[int, int],
+    read: Callable[[int, int, int], Awaitable[list[Any]]],
+    *,
+    topic: str,
+    whose: str,
+) -> tuple[list[Any], list[tuple[int, int, int]]]:
+    """`batch` with the records missing before and inside it (`Holes.missing`) read with
+    `read(partition, lo, hi)` and put in their place, and the (partition, lo, hi) ranges read;
+    each hole logged at WARNING (`topic` and `whose` name where and for whom)."""
+    found: dict[tuple[int, int], list[Any]] = {}
+    ranges: list[tuple[int, int, int]] = []
+    for partition, lo, hi in holes.missing(batch, expected):
+        records = await read(partition, lo, hi)
+        found[(partition, hi)] = records
+        ranges.append((partition, lo, hi))
+        log.warning(
+            "%s[%d] offsets %d..%d were skipped by the consumer: read from the topic and %s "
+            "in their place (%d records)",
+            topic,
+            partition,
+            lo,
+            hi - 1,
+            whose,
+            len(records),
+        )
+    return (merged(batch, found) if found else list(batch)), ranges
+
+
 def old_enough(records: Sequence[Any], before: float) -> list[Any]:
     """The leading records written before `before` (Unix seconds, by their timestamps)."""
     out: list[Any] = []

@@ -43,7 +43,7 @@ from rackplane.streams._deliveries import (
     Holes,
     IdleWatch,
     RecordReader,
-    merged,
+    filled,
     message_of,
     old_enough,
 )
@@ -154,26 +154,14 @@ class Follower:
     async def _hand_over(
         self, batch: Sequence[Any], expected: dict[int, int], *, read: list[tuple[int, int, int]]
     ) -> None:
-        found: dict[tuple[int, int], list[Any]] = {}
-        for partition, lo, hi in self.holes.missing(batch, expected):
-            records = await self._read(partition, lo, hi)
-            found[(partition, hi)] = records
-            read.append((partition, lo, hi))
-            self.read_back += len(records)
-            log.warning(
-                "events[%d] offsets %d..%d were skipped by the consumer: read from the topic "
-                "and handed to %s in their place (%d records)",
-                partition,
-                lo,
-                hi - 1,
-                self.name,
-                len(records),
-            )
-        filled = merged(batch, found) if found else list(batch)
-        await self.handle(filled)
-        self.holes.decided(filled, now=time.monotonic())
+        whole, ranges = await filled(
+            batch, self.holes, expected, self._read, topic="events", whose=f"handed to {self.name}"
+        )
+        self.read_back += len(whole) - len(batch)
+        await self.handle(whole)
+        self.holes.decided(whole, now=time.monotonic())
         if self.released is not None:
-            for partition, lo, hi in read:
+            for partition, lo, hi in [*read, *ranges]:
                 await self.released(partition, lo, hi)
 
     async def _read(self, partition: int, lo: int, hi: int) -> list[Any]:

@@ -38,7 +38,7 @@ from rackplane.policies.base import Policy
 from rackplane.policies.health import HealthClassifier
 from rackplane.projections import ClusterState, fold
 from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, decision_bytes
-from rackplane.streams._deliveries import IDLE_S, Holes, RecordReader, merged, old_enough
+from rackplane.streams._deliveries import IDLE_S, Holes, RecordReader, filled, old_enough
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams._inbound import decode
 from rackplane.streams.codec import decode_event, encode_command, encode_event
@@ -209,21 +209,12 @@ class Controller:
         if self.holes is None or self.reader is None:
             return list(batch)
         expected = {p: await self._expected(p) for p in _partitions(batch)}
-        found: dict[tuple[int, int], list[Any]] = {}
-        for partition, lo, hi in self.holes.missing(batch, expected):
-            records = await self.reader.read(partition, lo, hi)
-            found[(partition, hi)] = records
-            self._read_here.append((partition, lo, hi))
-            self.undelivered += len(records)
-            log.warning(
-                "commands[%d] offsets %d..%d were skipped by the consumer: read from the topic "
-                "and decided in their place (%d records)",
-                partition,
-                lo,
-                hi - 1,
-                len(records),
-            )
-        return merged(batch, found) if found else list(batch)
+        whole, ranges = await filled(
+            batch, self.holes, expected, self.reader.read, topic="commands", whose="decided"
+        )
+        self._read_here.extend(ranges)
+        self.undelivered += len(whole) - len(batch)
+        return whole
 
     async def _process(self, batch: Sequence[Any]) -> None:
         epoch = self.fence.epoch
