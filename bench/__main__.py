@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench import signatures
 
             results["signatures"] = signatures.run(2_000 if args.quick else 20_000, say)
+            results["signed_log"] = signatures.log_run(2_000 if args.quick else 20_000, say)
         if args.only in (None, "gpu"):
             import asyncio
 
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         ("snapshots", f"Snapshots: encode, decode, save and load ({broker_name})"),
         ("rebuild", f"Rebuild of a partition after a restart ({broker_name})"),
         ("signatures", "Signed commands: the controller's check, a sender's signing"),
+        ("signed_log", "Signed log: signing each event, checking it, a rebuild's fold"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

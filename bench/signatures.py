@@ -5,8 +5,13 @@ One decision = `decide` + `evolve` of a `CordonNode`/`UncordonNode` pair's half,
 admin, on a registered cluster of 128 racks: once in a cluster without keys (nothing to
 check), once in a cluster that trusts `keys` keys (the signing key last in the list, the
 lookup's worst case), where each command is Ed25519-verified over its canonical payload. The
-difference is the check's cost per command; replayed events cost nothing more (events carry
-no signature: a rebuild folds them as before).
+difference is the check's cost per command.
+
+The signed log (`log_run`): what the controller pays to sign each event it appends, what a
+reader pays to check one (the first reader of an event verifies it; the worker's other
+agents find it in the verified-digest cache), and a rebuild's fold of a cluster's events
+(`eventlog._Reading`, the events decoded from their wire form) with and without a
+`LogTrust`.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
+from rackplane import logtrust
 from rackplane.keyfiles import KeyFile
+from rackplane.logtrust import LogTrust
 from rackplane.models import (
     Command,
     CordonNode,
@@ -116,3 +124,89 @@ def run(n: int, say: Progress) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _cluster_events(admin: KeyFile, n: int) -> list[Any]:
+    """A registration of 128 racks, then `n` cordons and uncordons, as the controller decides
+    them (the events, unsigned)."""
+    racks = tuple(
+        Rack(id=f"r{r}", pod=f"p{r // 16}", nodes=tuple(f"r{r}-n{i}" for i in range(18)))
+        for r in range(128)
+    )
+    nodes = [n for r in racks for n in r.nodes]
+    register = RegisterTopology(
+        id="reg", cluster="bench", actor=admin.actor,
+        topology=Topology(cluster="bench", racks=racks), settings=PolicySettings(),
+    )  # fmt: skip
+    state = initial_state("bench")
+    events = list(decide(state, register, now=T0))
+    for e in events:
+        state = evolve(state, e)
+    now = T0
+    for c in _commands(admin, nodes, n, signed=False):
+        now += timedelta(seconds=1)
+        for e in decide(state, c, now=now):
+            state = evolve(state, e)
+            events.append(e)
+    return events
+
+
+def _fold(records: list[Any], trust: LogTrust | None) -> float:
+    """Microseconds per event of a rebuild's reading of `records`."""
+    from rackplane.streams.eventlog import _Reading
+
+    logtrust._verified.clear()  # a rebuild after a restart: nothing verified yet
+    started = time.perf_counter()
+    reading = _Reading(0, "bench", {}, initial_state, trust)
+    for i in range(0, len(records), 500):
+        reading.take(records[i : i + 500])
+    log = reading.finish(len(records))
+    elapsed = time.perf_counter() - started
+    assert not log.broken and log.forged == 0, (log.broken, log.forged)
+    return elapsed / len(records) * 1e6
+
+
+def log_run(n: int, say: Progress) -> list[dict[str, Any]]:
+    from rackplane.streams.codec import encode_event
+
+    worker = KeyFile.new("worker:bench")
+    trust = LogTrust.of([worker.public_key])
+    say("signed log: deciding the events")
+    events = _cluster_events(KeyFile.new("operator:admin"), n)[1:]  # the cordons
+    say("signed log: signing")
+    started = time.perf_counter()
+    signed = [worker.sign_event(e) for e in events]
+    sign = (time.perf_counter() - started) / len(events) * 1e6
+    say("signed log: checking")
+    logtrust._verified.clear()
+    started = time.perf_counter()
+    assert all(trust.event_problem(e) is None for e in signed)
+    cold = (time.perf_counter() - started) / len(events) * 1e6
+    started = time.perf_counter()
+    assert all(trust.event_problem(e) is None for e in signed)
+    warm = (time.perf_counter() - started) / len(events) * 1e6
+    say("signed log: rebuilding")
+    head = [worker.sign_event(e) for e in _cluster_events(KeyFile.new("operator:a"), 0)]
+
+    def records(of: list[Any]) -> list[Any]:
+        return [
+            SimpleNamespace(key=b"bench", value=encode_event(e), offset=i, headers=[])
+            for i, e in enumerate(of)
+        ]
+
+    plain = records([*head, *events])
+    sealed = records([*head, *signed])
+    fold_plain = min(_fold(plain, None) for _ in range(3))
+    fold_signed = min(_fold(sealed, trust) for _ in range(3))
+    return [
+        {"step": "controller signs an event", "us/event": round(sign, 1),
+         "events/s (one core)": round(1e6 / sign)},
+        {"step": "first reader checks it (verify)", "us/event": round(cold, 1),
+         "events/s (one core)": round(1e6 / cold)},
+        {"step": "another agent checks it (cached)", "us/event": round(warm, 1),
+         "events/s (one core)": round(1e6 / warm)},
+        {"step": "rebuild fold, unsigned log", "us/event": round(fold_plain, 1),
+         "events/s (one core)": round(1e6 / fold_plain)},
+        {"step": "rebuild fold, signed log checked", "us/event": round(fold_signed, 1),
+         "events/s (one core)": round(1e6 / fold_signed)},
+    ]  # fmt: skip

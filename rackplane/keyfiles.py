@@ -21,7 +21,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, SecretStr, StringConstraints, ValidationError
 
-from rackplane.models import Actor, KeyId, Role, Signature, TrustedKey, key_id_of, signing_payload
+from rackplane.logtrust import event_payload
+from rackplane.models import (
+    Actor,
+    Event,
+    KeyId,
+    Role,
+    Signature,
+    TrustedKey,
+    key_id_of,
+    signing_payload,
+)
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -77,6 +87,15 @@ class KeyFile(BaseModel):
         value = private.sign(signing_payload(command))
         signature = Signature(key=self.id, value=base64.b64encode(value).decode())
         return command.model_copy(update={"signature": signature})
+
+    def signature(self, payload: bytes) -> Signature:
+        """This key's signature over `payload` (a context line first: `rackplane.logtrust`)."""
+        value = self._private().sign(payload)
+        return Signature(key=self.id, value=base64.b64encode(value).decode())
+
+    def sign_event(self, event: Event) -> Event:
+        """`event` with this key's signature: the controller signs what it appends."""
+        return event.model_copy(update={"signature": self.signature(event_payload(event))})
 
     def _private(self) -> Ed25519PrivateKey:
         parsed = _parsed.get(self.id)

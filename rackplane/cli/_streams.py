@@ -112,7 +112,21 @@ def worker(
     log_level: Annotated[str | None, typer.Option(help="Log level (quiet by default).")] = None,
     worker_key_file: Annotated[
         Path | None,
-        typer.Option(help="Key file the policies and the GPU Manager sign their commands with."),
+        typer.Option(
+            help="Key file the policies, the GPU Manager and the controller sign with; "
+            "the worker then takes only events and checkpoints signed by it or --log-key."
+        ),
+    ] = None,
+    log_key: Annotated[
+        list[str] | None,
+        typer.Option(help="Public key (base64) of another worker whose events are trusted."),
+    ] = None,
+    unsigned_log_prefix: Annotated[
+        bool | None,
+        typer.Option(
+            "--unsigned-log-prefix",
+            help="Take unsigned events until a partition's first signed one (an older log).",
+        ),
     ] = None,
     seen_window: Annotated[
         int | None,
@@ -152,6 +166,8 @@ def worker(
         fetch_wait_ms=fetch_wait_ms,
         log_level=log_level,
         worker_key_file=worker_key_file,
+        log_keys=tuple(log_key) if log_key else None,
+        unsigned_log_prefix=unsigned_log_prefix,
     )
     config = s.stream_config()
     if seen_window is not None:

@@ -4,6 +4,7 @@ the store against the event log."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,7 +19,9 @@ from rackplane.cli._render import console, errors, fail, print_json
 if TYPE_CHECKING:
     from rackplane.history.against_log import ClusterDiff, LogIndex
     from rackplane.history.continuity import SeqReport
+    from rackplane.history.signatures import SignatureReport
     from rackplane.history.verify import ChainReport
+    from rackplane.logtrust import LogTrust
     from rackplane.streams.config import StreamConfig
 
 AgainstLog = Annotated[
@@ -32,6 +35,16 @@ AgainstLog = Annotated[
     ),
 ]
 Prefix = Annotated[str | None, typer.Option(help="Topic prefix of the log (with --against-log).")]
+LogKeys = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--log-key",
+        metavar="KEY",
+        help="A worker's public key (base64, or a `keys show --json` file) the stored events "
+        "must be signed by; default: the configuration's worker_key_file and log_keys.",
+        show_default=False,
+    ),
+]
 Strict = Annotated[
     bool,
     typer.Option(
@@ -45,38 +58,46 @@ def verify(
     against_log: AgainstLog = None,
     prefix: Prefix = None,
     strict: Strict = False,
+    log_key: LogKeys = None,
     json_out: Json = False,
     config_file: ConfigFile = None,
 ) -> None:
-    """Check every table's hash chain and every cluster's seqs (1..N, each once); with
-    --against-log, compare the stored events with the event log. Exit status 1 on a problem."""
+    """Check every table's hash chain, every cluster's seqs (1..N, each once) and, with a log
+    key, every stored event's signature; with --against-log, compare the stored events with
+    the event log. Exit status 1 on a problem."""
     from rackplane.history.against_log import compare
     from rackplane.history.continuity import check_seqs
+    from rackplane.history.signatures import check_signatures
     from rackplane.history.verify import verify as check_chains
 
     path = resolve_db(db)
-    config = (
-        settings(config_file, broker=against_log, topic_prefix=prefix).stream_config()
-        if against_log is not None
-        else None
-    )
+    s = settings(config_file, broker=against_log, topic_prefix=prefix)
+    config = s.stream_config() if against_log is not None else None
+    trust = _trust(log_key, s.worker_key_file, s.log_keys, s.unsigned_log_prefix)
     diffs: list[ClusterDiff] | None = None
+    signatures: SignatureReport | None = None
     with history(path) as reader:
         chains = busy(f"verifying {path}", lambda: check_chains(reader))
         seqs = busy(f"checking the seqs of {path}", lambda: check_seqs(reader))
+        if trust is not None:
+            signatures = busy(
+                f"checking the signatures of {path}", lambda: check_signatures(reader, trust)
+            )
         if config is not None:
-            index = _read_log(config)
+            index = _read_log(config, trust)
             diffs = busy("comparing", lambda: compare(index, reader.event_digests()))
     ok = (
         all(r.ok for r in chains)
         and all(r.ok for r in seqs)
-        and (diffs is None or all(d.ok(strict=strict) for d in diffs))
+        and (signatures is None or signatures.ok)
+        and (diffs is None or (all(d.ok(strict=strict) for d in diffs) and not index.forged))
     )
     if json_out:
         out: dict[str, Any] = {
             "ok": ok,
             "tables": [_chain_json(r) for r in chains],
             "clusters": [r.as_json() for r in seqs],
+            "signatures": signatures.as_json() if signatures is not None else None,
         }
         if diffs is not None and config is not None:
             out["log"] = {
@@ -84,6 +105,8 @@ def verify(
                 "strict": strict,
                 "records": index.records,
                 "undecodable": index.undecodable,
+                "forged": index.forged,
+                "forged_examples": index.forged_examples,
                 "clusters": [d.as_json(strict=strict) for d in diffs],
             }
         print_json(out)
@@ -93,19 +116,79 @@ def verify(
         for r in seqs:
             if not r.ok:
                 console.print(f"[red]{r.line()}[/]", highlight=False)
+        _print_signatures(signatures)
         if diffs is not None and config is not None:
             _print_diffs(config.topic("events"), index, diffs, strict)
     if not ok:
         raise SystemExit(1)
 
 
-def _read_log(config: StreamConfig) -> LogIndex:
+def _trust(
+    given: list[str] | None, key_file: Path | None, log_keys: tuple[str, ...], prefix: bool
+) -> LogTrust | None:
+    """The log keys the stored events are checked against: `--log-key`, else the
+    configuration's (the worker key file's public part and `log_keys`); None: none."""
+    from rackplane.keyfiles import KeyFileError, load_key
+    from rackplane.logtrust import LogTrust, LogTrustError
+
+    keys = [_public_key(k) for k in given or ()]
+    if not keys:
+        if key_file is not None:
+            try:
+                keys.append(load_key(key_file).public_key)
+            except KeyFileError as err:
+                fail(str(err))
+        keys += log_keys
+    if not keys:
+        return None
+    try:
+        return LogTrust.of(keys, unsigned_prefix=prefix)
+    except LogTrustError as err:
+        fail(str(err))
+
+
+def _public_key(text: str) -> str:
+    """A `--log-key`: base64 itself, or the path of a `keys show --json` file."""
+    path = Path(text)
+    if not path.is_file():
+        return text
+    try:
+        return str(json.loads(path.read_text())["public_key"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        fail(f"{path}: not a public key (`rackplane keys show --json`): {err}")
+
+
+def _print_signatures(report: SignatureReport | None) -> None:
+    if report is None:
+        errors.print(
+            "signatures: not checked (no log key: --log-key, or worker_key_file / log_keys in "
+            "the configuration); the hash chains alone do not stop whoever can rewrite the file",
+            highlight=False,
+        )
+        return
+    if report.ok:
+        console.print(
+            f"[green]signatures: {report.signed:,} of {report.events:,} events signed by a "
+            "trusted log key[/]",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"[red]signatures: {report.refused:,} of {report.events:,} events not written by a "
+        "controller[/]",
+        highlight=False,
+    )
+    for e in report.examples:
+        console.print(f"[red]{e}[/]", highlight=False)
+
+
+def _read_log(config: StreamConfig, trust: LogTrust | None) -> LogIndex:
     """The events topic read to its end, indexed, with a progress bar; or exit."""
     from rackplane.history.against_log import LogIndex
     from rackplane.streams.log_scan import ScanError, scan_to_end
 
     topic = config.topic("events")
-    index = LogIndex(topic)
+    index = LogIndex(topic, trust=trust)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=errors, transient=True,
@@ -166,6 +249,7 @@ def _print_diffs(topic: str, index: LogIndex, diffs: list[ClusterDiff], strict: 
     t = Table(
         title=f"Store against the log ({topic}: {index.records:,} records"
         + (f", {index.undecodable:,} undecodable" if index.undecodable else "")
+        + (f", {index.forged:,} forged" if index.forged else "")
         + ")",
         title_justify="left",
         header_style="bold",
@@ -184,6 +268,8 @@ def _print_diffs(topic: str, index: LogIndex, diffs: list[ClusterDiff], strict: 
             f"{d.duplicates:,}", f"[{colour}]{d.verdict()}[/]",
         )  # fmt: skip
     console.print(t)
+    for e in index.forged_examples:
+        console.print(f"[red]{e}[/]", highlight=False)
     for d in diffs:
         for kind, examples in d.examples.items():
             if kind == "behind" or not examples:

@@ -157,7 +157,16 @@ class RackplaneSettings(BaseSettings):
     0600; its private key is never printed."""
     worker_key_file: Path | None = None
     """The worker's key file: the policies' proposals and the GPU Manager's reports are signed
-    with it (a cluster with keys trusts it with the `policy` role)."""
+    with it (a cluster with keys trusts it with the `policy` role), and so are the events and
+    checkpoints the controller writes; the worker then takes no event or checkpoint not
+    signed by it or by `log_keys`."""
+    log_keys: tuple[str, ...] = ()
+    """Public keys (base64, `rackplane keys show`) of other workers whose events and
+    checkpoints are trusted too (an older key while the worker key is rotated). `history
+    verify` checks the stored events' signatures against these and `worker_key_file`'s."""
+    unsigned_log_prefix: bool = False
+    """Take a partition's unsigned events until its first signed one: for a log written
+    before the workers had keys (docs/OPERATIONS.md, "A signed log")."""
     cluster_file: Path | None = None
     """Cluster file `rackplane register` sends when no file is named."""
     policy: PolicySettings = PolicySettings()
@@ -259,6 +268,8 @@ class RackplaneSettings(BaseSettings):
             db=str(self.history_db) if self.record_history else None,
             security=self.security(),
             worker_key_file=str(self.worker_key_file) if self.worker_key_file else None,
+            log_keys=self.log_keys,
+            unsigned_log_prefix=self.unsigned_log_prefix,
         )
 
     def policy_over(self, base: PolicySettings) -> PolicySettings:

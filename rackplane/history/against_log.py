@@ -18,6 +18,8 @@ Theory of operation:
      are reported as *before the log*);
    - *different*: one seq, other content;
    - *forks* and *gaps in the log*: problems of the log itself.
+   With the log keys (`LogIndex.trust`), a record not signed by one is counted as *forged*
+   and left out, as every reader of the log leaves it out; any fails the comparison.
    Each kind keeps its first few examples.
 Pure: no broker, no duckdb.
 """
@@ -32,6 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rackplane.history._writer import to_json
+from rackplane.logtrust import LogTrust, judge
 from rackplane.models import EVENTS
 
 EXAMPLES = 3
@@ -64,6 +67,11 @@ class LogIndex:
     undecodable: int = 0
     start: dict[int, int] = field(default_factory=dict)
     """partition -> the offset of its first record read (above 0: the log was trimmed)."""
+    trust: LogTrust | None = None
+    """The log keys: a record not signed by one is *forged*, indexed as no reader folds it."""
+    forged: int = 0
+    forged_examples: list[str] = field(default_factory=list)
+    signed: dict[int, bool] = field(default_factory=dict)
 
     def add(self, partition: int, offset: int, value: bytes | None) -> None:
         """Index one record (markers are not passed in)."""
@@ -73,6 +81,15 @@ class LogIndex:
             event = EVENTS.validate_json(value or b"")
         except ValidationError:
             self.undecodable += 1
+            return
+        why, self.signed[partition] = judge(self.trust, event, self.signed.get(partition, False))
+        if why is not None:
+            self.forged += 1
+            if len(self.forged_examples) < EXAMPLES:
+                self.forged_examples.append(
+                    f"{self.where(partition, offset)}: {event.type} {event.cluster}@{event.seq} "
+                    f"not written by a controller: {why}"
+                )
             return
         log = self.clusters.get(event.cluster)
         if log is None:

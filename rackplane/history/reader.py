@@ -212,6 +212,17 @@ class HistoryReader:
         except duckdb.Error as err:
             raise HistoryError(f"{self.path}: {err}") from err
 
+    def event_payloads(self, *, batch: int = 10_000) -> Iterator[tuple[str, int, bytes]]:
+        """(cluster, seq, payload) of every stored event, by cluster and seq."""
+        try:
+            cursor = self.con.cursor()
+            cursor.execute("SELECT cluster, seq, payload FROM events ORDER BY cluster, seq")
+            while rows := cursor.fetchmany(batch):
+                for cluster, seq, payload in rows:
+                    yield cluster, seq, payload if isinstance(payload, bytes) else payload.encode()
+        except duckdb.Error as err:
+            raise HistoryError(f"{self.path}: {err}") from err
+
     def commands(self, cluster: str) -> list[Command]:
         """Commands of `cluster` in the order they were recorded."""
         rows = self._rows(

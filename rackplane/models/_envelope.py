@@ -63,3 +63,6 @@ class EventEnvelope(BaseModel):
     correlation_id: CompoundId | None = None
     command_partition: int | None = Field(default=None, ge=0)
     command_offset: int | None = Field(default=None, ge=0)
+    signature: Signature | None = None
+    """The controller's Ed25519 signature with the worker's key (`rackplane.logtrust`): a
+    reader that trusts log keys takes no event without it."""

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rackplane.logtrust import LogTrust
 from rackplane.streams.codec import decode_event
 from rackplane.streams.eventlog import EventLog, is_marker
 from rackplane.streams.senders import SharedProducer
@@ -183,7 +184,8 @@ class EventAppender:
                 f"writer's last one ended ({expected})"
             )
         between: list[Any] = await self.eventlog.records(partition, expected, base)
-        foreign = [r.offset for r in between if _an_event_of_the_log(r)]
+        trust = self.eventlog.trust
+        foreign = [r.offset for r in between if _an_event_of_the_log(r, trust)]
         if foreign:
             raise ForeignWrite(
                 f"{self.topic}[{partition}]: events this writer did not write lie between its "
@@ -191,17 +193,20 @@ class EventAppender:
             )
 
 
-def _an_event_of_the_log(record: Any) -> bool:
-    """True for a record that readers would fold: an event keyed by its cluster. Markers and
-    garbage (undecodable, or keyed by another cluster than it names) are skipped by every
-    reader, so they cannot fork anything."""
+def _an_event_of_the_log(record: Any, trust: LogTrust | None) -> bool:
+    """True for a record that readers would fold: an event keyed by its cluster, signed by a
+    trusted key when there is a `trust`. Markers, garbage (undecodable, or keyed by another
+    cluster than it names) and forged events are skipped by every reader, so they cannot fork
+    anything."""
     if not record.value or (record.headers and is_marker(record.headers)):
         return False
     try:
         event = decode_event(record.value)
     except ValueError:
         return False
-    return bool(record.key == event.cluster.encode())
+    if record.key != event.cluster.encode():
+        return False
+    return trust is None or trust.event_problem(event) is None
 
 
 class TransactionalAppender:

@@ -26,6 +26,9 @@ controller does for the commands topic:
    its bookkeeping), so the group's commit moves past it.
 A record handed over twice (Faust delivers one after it was read) is a redelivery, passed over
 by seq as any is.
+5. With a `LogTrust` (a worker with a key), an event not signed by a trusted key is not handed
+   over (`forged`), as a rebuild skips it: the controller's own event of that seq is the one
+   the agent folds. Its offset still counts as delivered.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError
+from pydantic import ValidationError
 
+from rackplane.logtrust import LogTrust, judge
 from rackplane.streams._deliveries import (
     IDLE_S,
     Holes,
@@ -47,6 +52,7 @@ from rackplane.streams._deliveries import (
     message_of,
     old_enough,
 )
+from rackplane.streams.codec import decode_event
 
 log = logging.getLogger("rackplane.agents")
 
@@ -58,6 +64,7 @@ class Loaded(Protocol):
     """What a follower asks of its agent's replicas (`Replicas`)."""
 
     ends: dict[int, int]
+    signed: dict[int, bool]
 
     def loaded(self, partition: int) -> bool: ...
 
@@ -75,6 +82,7 @@ class Follower:
         *,
         released: Release | None = None,
         retry_max: float = 5.0,
+        trust: LogTrust | None = None,
     ) -> None:
         """Args:
         name: the agent's name (in logs).
@@ -84,6 +92,7 @@ class Follower:
         released: told (partition, lo, hi) once records [lo, hi) this follower read itself
             were handed over (`app._release`).
         retry_max: the longest wait between two tries of a read the broker refused.
+        trust: the keys an event must be signed by to be handed over (None: all are).
         """
         self.name = name
         self.handle = handle
@@ -91,6 +100,11 @@ class Follower:
         self.reader = reader
         self.released = released
         self.retry_max = retry_max
+        self.trust = trust
+        self.signed: dict[int, bool] = {}
+        """Partition -> a signed event was handed over (`LogTrust.unsigned_prefix`)."""
+        self.forged = 0
+        """Events not handed over: not signed by a trusted key."""
         self.holes = Holes()
         self.read_back = 0
         """Records read from the topic because the consumer did not deliver them."""
@@ -150,6 +164,7 @@ class Follower:
     def forget(self) -> None:
         """A rebalance: the replicas are read again, and expectations start from there."""
         self.holes.forget()
+        self.signed.clear()
 
     async def _hand_over(
         self, batch: Sequence[Any], expected: dict[int, int], *, read: list[tuple[int, int, int]]
@@ -158,11 +173,39 @@ class Follower:
             batch, self.holes, expected, self._read, topic="events", whose=f"handed to {self.name}"
         )
         self.read_back += len(whole) - len(batch)
-        await self.handle(whole)
+        await self.handle(self._trusted(whole) if self.trust is not None else whole)
         self.holes.decided(whole, now=time.monotonic())
         if self.released is not None:
             for partition, lo, hi in [*read, *ranges]:
                 await self.released(partition, lo, hi)
+
+    def _trusted(self, batch: Sequence[Any]) -> list[Any]:
+        """`batch` without the events a rebuild would skip as forged. What is not an event
+        (markers, garbage) stays: the agent deals with it as before."""
+        out = []
+        for item in batch:
+            message = message_of(item)
+            try:
+                event = decode_event(message.value) if message.value else None
+            except (ValidationError, ValueError):
+                event = None
+            if event is None:
+                out.append(item)
+                continue
+            p = message.partition
+            before = self.signed.get(p)
+            if before is None:
+                before = self.replicas.signed.get(p, False)
+            why, self.signed[p] = judge(self.trust, event, before)
+            if why is None:
+                out.append(item)
+                continue
+            self.forged += 1
+            log.warning(
+                "events[%d]@%d: %s %s@%d not handed to %s, not written by the controller: %s",
+                p, message.offset, event.type, event.cluster, event.seq, self.name, why,
+            )  # fmt: skip
+        return out
 
     async def _read(self, partition: int, lo: int, hi: int) -> list[Any]:
         """The records [lo, hi), trying again while the broker refuses (nothing the agent

@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from rackplane.models import Signature
+
 Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 CHUNK_PREFIX = b"chunk/"
 CHECKPOINT_PREFIX = b"checkpoint/"
@@ -81,6 +83,8 @@ class CheckpointRecord(Frozen):
     retire: tuple[SnapshotId, ...] = ()
     """Snapshots whose chunks the save tombstoned after writing this record (sent again by
     the next writer, in case the save stopped before they were)."""
+    signature: Signature | None = None
+    """The saving worker's signature (`rackplane.logtrust.checkpoint_payload`)."""
 
     def idents(self) -> set[SnapshotId]:
         return {ref.ident(cluster) for cluster, ref in self.snapshots.items()}

@@ -115,6 +115,7 @@ class Controller:
         holes: Holes | None = None,
         reader: RecordReader | None = None,
         released: Callable[[int, int, int], Awaitable[None]] | None = None,
+        seal: Callable[[Event], Event] | None = None,
     ) -> None:
         self.replicas = replicas
         self.appender = appender
@@ -144,6 +145,8 @@ class Controller:
         """Told (partition, lo, hi) once the records [lo, hi) it read itself (what the consumer
         skipped or never delivered) are decided, so the consumer may commit past them: it
         never acks what it never delivered, and its commit would stop there for good."""
+        self.seal = seal
+        """Signs each event before it is appended (`KeyFile.sign_event`; None: unsigned)."""
         self._read_here: list[tuple[int, int, int]] = []
         """Ranges read from the topic by the batch in hand, released once it is decided."""
         self._lock = asyncio.Lock()
@@ -340,6 +343,8 @@ class Controller:
             if not events:
                 continue  # decided before (a redelivery)
             key = cluster.encode()
+            if self.seal is not None:
+                events = [self.seal(e) for e in events]
             records = [(key, encode_event(e)) for e in events]
             size = decision_bytes(records)
             if size > self.max_decision_bytes:
@@ -347,6 +352,8 @@ class Controller:
                     state, command, now=now, size=size, limit=self.max_decision_bytes,
                     position=position,
                 )  # fmt: skip
+                if self.seal is not None:
+                    events = [self.seal(e) for e in events]
                 records = [(key, encode_event(e)) for e in events]
             states[cluster] = fold(state, events)
             decisions.append(records)

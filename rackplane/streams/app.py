@@ -30,7 +30,8 @@ from typing import Any, ClassVar, Protocol
 import faust
 from faust.types import TP
 
-from rackplane.keyfiles import load_key
+from rackplane.keyfiles import KeyFile, KeyFileError, load_key
+from rackplane.logtrust import LogTrust, LogTrustError
 from rackplane.models import Command
 from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
@@ -128,7 +129,11 @@ def create_app(
     )
     health = Health()
     private = _token_check(config.web_token)
-    sign = _signer(config)
+    key = _worker_key(config)
+    trust = _log_trust(config, key)
+    sign: Callable[[Command], Command] = key.sign if key is not None else (lambda c: c)
+    if key is not None:
+        log.info("signing commands, events and checkpoints with the worker's key %s", key.id)
     logs: list[EventLog] = []
     replicas: list[Replicas] = []
     initial = _initial(config)
@@ -137,6 +142,8 @@ def create_app(
         config.topic("snapshots"),
         max_message_bytes=config.max_event_bytes,
         fetch_wait_ms=config.fetch_wait_ms,
+        sign=key.signature if key is not None else None,
+        trust=trust,
     )
     checkpoints = StoreCheckpoints(store)
 
@@ -147,6 +154,7 @@ def create_app(
             read_committed=exactly_once,
             fetch_wait_ms=config.fetch_wait_ms,
             initial=initial,
+            trust=trust,
         )
         logs.append(eventlog)
         r = Replicas(
@@ -204,7 +212,7 @@ def create_app(
     followers: list[Follower] = []
 
     def follower(name: str, handle: Any, replicas: Replicas) -> Follower:
-        f = Follower(name, handle, replicas, events_reader, released=events_released)
+        f = Follower(name, handle, replicas, events_reader, released=events_released, trust=trust)
         followers.append(f)
         return f
 
@@ -225,6 +233,7 @@ def create_app(
         holes=holes,
         reader=command_reader,
         released=lambda p, lo, hi: _release(app, commands_topic, p, lo, hi),
+        seal=key.sign_event if key is not None else None,
     )
     health.controller = controller
 
@@ -291,7 +300,7 @@ def create_app(
     sink = audit if audit is not None else _configured_sink(config)
     if sink is not None:
         where = config.db or config.audit_dir or f"{type(sink).__name__}@{id(sink)}"
-        audit_consumer = audit_loop(config, sink, where=where)
+        audit_consumer = audit_loop(config, sink, where=where, trust=trust)
         loops.append(audit_consumer)
         health.audits = list(audit_consumer.agents.values())
 
@@ -425,17 +434,36 @@ def _committed(app: faust.App, topic: str, partition: int) -> int:
     return int(offsets.get(TP(topic, partition)) or 0)
 
 
-def _signer(config: StreamConfig) -> Callable[[Command], Command]:
-    """How the worker signs its commands: with its key file, or not at all.
+def _worker_key(config: StreamConfig) -> KeyFile | None:
+    """The worker's key file, checked (None: the worker signs nothing).
 
     Raises:
-        KeyFileError: the key file cannot be read or is open to others.
+        KeyFileError: the key file cannot be read or is open to others, or `log_keys` are
+            set without one (the worker would refuse its own unsigned events).
     """
     if config.worker_key_file is None:
-        return lambda c: c
+        if config.log_keys or config.unsigned_log_prefix:
+            raise KeyFileError(
+                "log keys (or unsigned_log_prefix) are set but no worker_key_file: the "
+                "controller would write unsigned events its own readers refuse"
+            )
+        return None
     key = load_key(Path(config.worker_key_file))
-    log.info("signing the policies' and the GPU Manager's commands with key %s", key.id)
-    return key.sign
+    if config.log_keys:
+        try:
+            LogTrust.of(config.log_keys)
+        except LogTrustError as err:
+            raise KeyFileError(str(err)) from None
+    return key
+
+
+def _log_trust(config: StreamConfig, key: KeyFile | None) -> LogTrust | None:
+    """The keys the worker's readers take events and checkpoints from (None: all)."""
+    if key is None:
+        return None
+    return LogTrust.of(
+        [key.public_key, *config.log_keys], unsigned_prefix=config.unsigned_log_prefix
+    )
 
 
 def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:
@@ -661,7 +689,7 @@ def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
     problem = config.web_problem()
     if problem is not None:
         raise WebConfigError(problem)
-    _signer(config)  # a key file it cannot use stops it here, before it talks to the broker
+    _worker_key(config)  # a key file it cannot use stops it here, before it talks to the broker
     _quiet.quiet_kafka_clients()
     asyncio.run(ensure_topics(config))
     app = create_app(config)

@@ -42,6 +42,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 from pydantic import ValidationError
 
+from rackplane.logtrust import LogTrust, judge
 from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.streams.audit import AuditSink
 from rackplane.streams.codec import decode_event
@@ -221,6 +222,7 @@ class AuditLoop:
         max_fetch_bytes: int,
         events_topic: str,
         last_seqs: dict[str, int] | None,
+        trust: LogTrust | None = None,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
@@ -228,6 +230,7 @@ class AuditLoop:
         agents: topic name -> the agent that records it.
         events_topic: which of them is the event log (followed as a rebuild would).
         last_seqs: each cluster's last stored seq (None: the sink cannot say).
+        trust: the keys an event must be signed by to be recorded (None: any).
         session_timeout: the group's session, seconds.
         fetch_wait_ms: the consumer's fetch wait.
         max_fetch_bytes: the largest record batch it must read (events can be 4 MiB).
@@ -242,7 +245,7 @@ class AuditLoop:
         self.joined = asyncio.Event()
         self.commit_failures = 0
         self.events_topic = events_topic
-        self.log = LogFollower(last_seqs)
+        self.log = LogFollower(last_seqs, trust)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -313,7 +316,9 @@ def audit_group(app_id: str, where: str) -> str:
     return f"{app_id}.audit.{digest}"
 
 
-def audit_loop(config: StreamConfig, sink: AuditSink, *, where: str) -> AuditLoop:
+def audit_loop(
+    config: StreamConfig, sink: AuditSink, *, where: str, trust: LogTrust | None = None
+) -> AuditLoop:
     """The audit of `sink` for the worker of `config` (see `AuditLoop`)."""
     loop: AuditLoop | None = None
 
@@ -338,6 +343,7 @@ def audit_loop(config: StreamConfig, sink: AuditSink, *, where: str) -> AuditLoo
         max_fetch_bytes=config.max_event_bytes + 65_536,
         events_topic=config.topic("events"),
         last_seqs=last() if callable(last := getattr(sink, "last_seqs", None)) else None,
+        trust=trust,
     )
     return loop
 
@@ -347,12 +353,21 @@ class LogFollower:
     (`eventlog._Reading`): keyed by their cluster; of a cluster whose log they continue, or
     the first of a cluster (its registration). Anything else someone wrote to the topic
     (a forged cluster's events, far-ahead seqs) stays out of the history; the projections
-    agent sends it to `rejected`. A seq already stored passes (the sink dedupes it)."""
+    agent sends it to `rejected`. A seq already stored passes (the sink dedupes it). With a
+    `LogTrust`, an event not signed by a trusted key stays out too (`forged`)."""
 
-    def __init__(self, last_seqs: dict[str, int] | None) -> None:
+    def __init__(self, last_seqs: dict[str, int] | None, trust: LogTrust | None = None) -> None:
         self.judged = last_seqs is not None
         self.last: dict[str, int] = dict(last_seqs or {})
         self.skipped = 0
+        self.trust = trust
+        self.forged = 0
+        self.signed: dict[int, bool] = {}
+
+    def _refused(self, record: Any, event: Any) -> str | None:
+        p = record.partition
+        why, self.signed[p] = judge(self.trust, event, self.signed.get(p, False))
+        return why
 
     def follow(self, decoded: Sequence[tuple[Any, Any]]) -> list[Any]:
         """The events of `decoded` ((record, event) pairs, in topic order) that are the log's."""
@@ -360,6 +375,14 @@ class LogFollower:
         for record, event in decoded:
             if record.key != event.cluster.encode():
                 self.skipped += 1
+                continue
+            if self.trust is not None and (why := self._refused(record, event)) is not None:
+                self.forged += 1
+                log.warning(
+                    "audit: events[%d]@%d %s %s@%d not recorded, not written by the "
+                    "controller: %s",
+                    record.partition, record.offset, event.type, event.cluster, event.seq, why,
+                )  # fmt: skip
                 continue
             last = self.last.get(event.cluster)
             if last is None and not self.judged:

@@ -142,11 +142,18 @@ class StreamConfig:
     db: str | None = None
     """The DuckDB history file the audit sink records into, when set (`rackplane.history`)."""
     web_token: str | None = field(default=None, repr=False)
-    worker_key_file: str | None = None
-    """The key file the policies and the GPU Manager sign their commands with (None: they
-    send them unsigned, which only a cluster without keys takes)."""
     """The bearer token every view but /health, /ready and /metrics requires (None: none,
     which only a worker bound to a loopback address may run with). A secret: never logged."""
+    worker_key_file: str | None = None
+    """The worker's key file: the policies and the GPU Manager sign their commands with it,
+    the controller its events and checkpoints, and its readers take no event or checkpoint
+    not signed by it or by `log_keys` (None: nothing is signed, and every event is taken)."""
+    log_keys: tuple[str, ...] = ()
+    """Public keys (base64) of the other workers whose events and checkpoints are trusted
+    (workers with keys of their own; an older key while the worker key is rotated)."""
+    unsigned_log_prefix: bool = False
+    """Take a partition's unsigned events until its first signed one (a log written before
+    the workers had keys; see docs/OPERATIONS.md)."""
 
     def web_problem(self) -> str | None:
         """Why the views may not be served as configured (None: they may)."""

@@ -18,6 +18,10 @@ Theory of operation:
    operator has looked. Records that are not events of the partition (undecodable, keyed by
    another cluster than the one they name, or naming a cluster not registered, other than
    its registration) are counted and skipped.
+4. Written by the controller. With a `LogTrust` (a worker with a key), an event not signed by
+   a trusted key, or whose signature does not verify, is *forged*: skipped before its seq is
+   looked at, so the controller's own event of that seq is the one folded, and reported
+   (an ERROR line per record, `PartitionLog.forged`). See `rackplane.logtrust`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
+from rackplane.logtrust import LogTrust, judge
 from rackplane.models import Event
 from rackplane.projections import ClusterState, evolve, fold, initial_state
 from rackplane.streams.codec import decode_event
@@ -146,6 +151,10 @@ class PartitionLog:
     broken: dict[str, LogCorrupt]
     skipped: int
     """Records that were not events of this partition (see the module docstring)."""
+    forged: int = 0
+    """Events skipped as not written by the controller (signed by no trusted key)."""
+    signed: bool = False
+    """The read met a signed event (or started from a signed checkpoint)."""
 
 
 @dataclass
@@ -172,6 +181,7 @@ class EventLog:
         read_committed: bool = False,
         fetch_wait_ms: int = 50,
         initial: Initial = initial_state,
+        trust: LogTrust | None = None,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
@@ -180,8 +190,10 @@ class EventLog:
             transactions).
         fetch_wait_ms: the reader's fetch wait (`StreamConfig.fetch_wait_ms`).
         initial: the state of a cluster before its first event.
+        trust: the keys events must be signed by (None: every event is taken).
         """
         self.kafka = kafka
+        self.trust = trust
         self.topic = topic
         self.read_committed = read_committed
         self.fetch_wait_ms = fetch_wait_ms
@@ -222,6 +234,7 @@ class EventLog:
         start: int = 0,
         states: dict[str, ClusterState] | None = None,
         stall: float = STALL_S,
+        signed: bool = False,
     ) -> PartitionLog:
         """Fold every cluster of `partition` from offset `start` to the log's end.
 
@@ -233,13 +246,15 @@ class EventLog:
             start: the first offset to read (a checkpoint's `covers + 1`).
             states: the clusters' states at `start` (a checkpoint's snapshots).
             stall: seconds without a new record, short of the end, that fail the read.
+            signed: `states` come from a signed checkpoint (no unsigned event is taken after
+                it, even with `LogTrust.unsigned_prefix`).
 
         Raises:
             TimeoutError: no record came for `stall` seconds before the end.
         """
         async with self._lock:
             _, end = await self.end_of(partition)
-            return await self._read(partition, start, end, dict(states or {}), stall)
+            return await self._read(partition, start, end, dict(states or {}), stall, signed)
 
     async def rebuild(self, cluster: str, *, timeout: float = STALL_S) -> Rebuilt:
         """Fold every event of `cluster` written so far into a fresh state.
@@ -302,10 +317,11 @@ class EventLog:
         end: int,
         states: dict[str, ClusterState],
         stall: float,
+        signed: bool = False,
     ) -> PartitionLog:
         tp = TopicPartition(self.topic, partition)
         where = f"{self.topic}[{partition}]"
-        reading = _Reading(partition, where, states, self.initial)
+        reading = _Reading(partition, where, states, self.initial, self.trust, signed)
         if start >= end:
             return reading.finish(end)
         consumer = self.reader()
@@ -362,9 +378,18 @@ class _Reading:
     """One read of a partition: checks each record's seq, folds runs of events per cluster."""
 
     def __init__(
-        self, partition: int, where: str, states: dict[str, ClusterState], initial: Initial
+        self,
+        partition: int,
+        where: str,
+        states: dict[str, ClusterState],
+        initial: Initial,
+        trust: LogTrust | None = None,
+        signed: bool = False,
     ) -> None:
         self.partition = partition
+        self.trust = trust
+        self.signed = signed
+        self.forged = 0
         self.where = where
         self.initial = initial
         self.logs = {c: ClusterLog(s) for c, s in states.items()}
@@ -392,6 +417,14 @@ class _Reading:
         cluster = event.cluster
         if record.key != cluster.encode():
             self._skip(record, f"keyed {record.key!r}, not by its cluster {cluster!r}")
+            return
+        why, self.signed = judge(self.trust, event, self.signed)
+        if why is not None:
+            self.forged += 1
+            log.error(
+                "event log %s@%d: %s %s@%d ignored, not written by the controller: %s",
+                self.where, record.offset, event.type, cluster, event.seq, why,
+            )  # fmt: skip
             return
         if cluster in self.broken:
             return
@@ -471,4 +504,6 @@ class _Reading:
         self._fold()
         for found in self.logs.values():
             del found.events[:-EVENTS_KEPT]
-        return PartitionLog(self.partition, end, self.logs, self.broken, self.skipped)
+        return PartitionLog(
+            self.partition, end, self.logs, self.broken, self.skipped, self.forged, self.signed
+        )

@@ -77,6 +77,10 @@ class WorkerProcess:
             args += ["--db", c.db]
         if c.worker_key_file:
             args += ["--worker-key-file", c.worker_key_file]
+        for key in c.log_keys:
+            args += ["--log-key", key]
+        if c.unsigned_log_prefix:
+            args.append("--unsigned-log-prefix")
         return args
 
     def start(self, *, ready_timeout: float = 90.0) -> Self:

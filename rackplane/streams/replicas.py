@@ -41,6 +41,8 @@ class Resume:
     start: int
     states: dict[str, ClusterState]
     offsets: dict[str, int]
+    signed: bool = False
+    """The checkpoint was signed by a trusted log key."""
 
 
 class Checkpoints(Protocol):
@@ -74,6 +76,10 @@ class Replicas:
         self.broken: dict[str, LogCorrupt] = {}
         self.ends: dict[int, int] = {}
         """Loaded partitions -> the offset their last read stopped at (a marker's)."""
+        self.signed: dict[int, bool] = {}
+        """Loaded partitions -> whether their read met a signed event or checkpoint."""
+        self.forged = 0
+        """Events the reads skipped as not written by the controller (`rackplane.logtrust`)."""
         self.last_offsets: dict[str, int | None] = {}
         """Cluster -> offset of its newest event known here."""
         self._tails: dict[str, list[Event]] = {}
@@ -101,6 +107,7 @@ class Replicas:
             partition,
             start=resume.start if resume else 0,
             states=resume.states if resume else None,
+            signed=resume.signed if resume else False,
         )
         members = self._members.setdefault(partition, set())
         for cluster, found in read.clusters.items():
@@ -115,6 +122,8 @@ class Replicas:
         for cluster, err in read.broken.items():
             self.broken[cluster] = err
         self.ends[partition] = read.end
+        self.signed[partition] = read.signed
+        self.forged += read.forged
         self.rebuilds += 1
         self.after_rebuild()
         log.info(
@@ -203,6 +212,7 @@ class Replicas:
         chosen = list(self.ends) if partitions is None else list(partitions)
         for p in chosen:
             self.ends.pop(p, None)
+            self.signed.pop(p, None)
             for cluster in self._members.pop(p, set()):
                 self.states.pop(cluster, None)
                 self.broken.pop(cluster, None)
@@ -230,4 +240,5 @@ class StoreCheckpoints:
             start=checkpoint.covers + 1,
             states={c: s.state for c, s in checkpoint.snapshots.items()},
             offsets={c: s.events_offset for c, s in checkpoint.snapshots.items()},
+            signed=checkpoint.signed,
         )

@@ -29,6 +29,9 @@ A load:
    (`decode_state` checks its own digest and shape) and checks its cluster and seq;
 4. on anything missing or wrong logs one WARNING and tries the checkpoint before it (named
    by offset); when that fails too, one more WARNING, and None.
+With a key, the worker signs each checkpoint record (`rackplane.logtrust`): it names every
+snapshot's SHA-256, so its signature covers the states. With a `LogTrust`, a load passes over
+a record not signed by a trusted key (an ERROR line) as if it were not there.
 
 What `load` promises: a checkpoint it returns was written completely (every chunk was
 acknowledged before its record was sent), and each of its states is the one the saving
@@ -50,6 +53,7 @@ import asyncio
 import hashlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +61,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
+from rackplane.logtrust import LogTrust, checkpoint_payload
+from rackplane.models import Signature
 from rackplane.projections import ClusterState
 from rackplane.projections.snapshot import SnapshotError, decode_state, encode_state
 from rackplane.streams._partition_reader import PartitionReader
@@ -116,6 +122,8 @@ class Checkpoint:
     """An events offset: every cluster of the partition that has events at or below it has
     its snapshot in `snapshots`, and no event between its snapshot and `covers`."""
     snapshots: dict[str, Snapshot]
+    signed: bool = False
+    """Its record was signed by a trusted log key (`rackplane.logtrust`)."""
 
 
 class SnapshotTopicError(RuntimeError):
@@ -198,6 +206,8 @@ class SnapshotStore:
         max_message_bytes: int,
         fetch_wait_ms: int = 20,
         timeout: float = 60.0,
+        sign: Callable[[bytes], Signature] | None = None,
+        trust: LogTrust | None = None,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
@@ -205,6 +215,8 @@ class SnapshotStore:
         max_message_bytes: the topic's `max.message.bytes`: no record batch is larger.
         fetch_wait_ms: the reader's fetch wait (`StreamConfig.fetch_wait_ms`).
         timeout: seconds a read of the topic may take before it raises TimeoutError.
+        sign: signs each checkpoint record's payload (`KeyFile.signature`; None: unsigned).
+        trust: the keys a checkpoint record must be signed by to be loaded (None: any).
         """
         if max_message_bytes < MIN_MESSAGE_BYTES:
             raise ValueError(f"max_message_bytes must be at least {MIN_MESSAGE_BYTES}")
@@ -213,6 +225,8 @@ class SnapshotStore:
         self.max_message_bytes = max_message_bytes
         self.fetch_wait_ms = fetch_wait_ms
         self.timeout = timeout
+        self.sign = sign
+        self.trust = trust
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._heads: dict[int, Head] = {}
@@ -343,6 +357,9 @@ class SnapshotStore:
         dead = (head.previous[1].idents() if head.previous else set()) | head.leftovers
         retire = sorted(dead - live, key=lambda i: (i.cluster, i.seq, i.digest))
         record = record.model_copy(update={"retire": tuple(retire)})
+        if self.sign is not None:
+            signature = self.sign(checkpoint_payload(record))
+            record = record.model_copy(update={"signature": signature})
         value = checkpoint_value(record)
         key = checkpoint_key(p, record.save)
         if len(value) + len(key) + 128 > self.max_message_bytes:
@@ -410,7 +427,17 @@ class SnapshotStore:
                 str(err).splitlines()[0],
             )
             return None
-        return record if record.partition == p else None
+        if record.partition != p:
+            return None
+        why = self.trust.problem(record, checkpoint_payload(record)) if self.trust else None
+        if why is not None:
+            log.error(
+                "snapshots %s[%d]: checkpoint at offset %d ignored, not written by a "
+                "controller: %s",
+                self.topic, p, offset, why,
+            )  # fmt: skip
+            return None
+        return record
 
     async def _assemble(self, p: int, record: CheckpointRecord, scan: Scan) -> Checkpoint:
         """The checkpoint `record` stands for, every chunk and digest checked."""
@@ -447,7 +474,7 @@ class SnapshotStore:
             if (state.cluster, state.seq) != (cluster, ref.seq):
                 raise _Unusable(f"{name} holds the state of {state.cluster}@{state.seq}")
             snapshots[cluster] = Snapshot(cluster, state, ref.events_offset)
-        return Checkpoint(p, record.covers, snapshots)
+        return Checkpoint(p, record.covers, snapshots, signed=record.signature is not None)
 
     def _reader(self) -> PartitionReader:
         assert self._consumer is not None, "start() first"

@@ -21,6 +21,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from rackplane.keyfiles import KeyFile
+from rackplane.logtrust import LogTrust
 from rackplane.models import CordonNode, PolicySettings, RegisterTopology, SubmitJob
 from rackplane.projections import ClusterState, SeenCommands, initial_state
 from rackplane.projections.snapshot import encode_state
@@ -77,9 +79,14 @@ async def new_store(broker: BrokerUnderTest) -> AsyncIterator[StoreMaker]:
     """`await new_store(topic)`: a started store, stopped at teardown."""
     started: list[SnapshotStore] = []
 
-    async def make(topic: str, max_message_bytes: int = SMALL_MESSAGES) -> SnapshotStore:
+    async def make(
+        topic: str, max_message_bytes: int = SMALL_MESSAGES, **signing: Any
+    ) -> SnapshotStore:
         store = SnapshotStore(
-            {"bootstrap_servers": broker.bootstrap}, topic, max_message_bytes=max_message_bytes
+            {"bootstrap_servers": broker.bootstrap},
+            topic,
+            max_message_bytes=max_message_bytes,
+            **signing,
         )
         await store.start()
         started.append(store)
@@ -494,3 +501,27 @@ async def test_after_real_compaction_the_newest_checkpoint_still_loads(
         for cluster, ref in record.snapshots.items():
             named |= set(ref.ident(cluster).chunk_keys())
     assert {k for k in kept if k.startswith(b"chunk/")} == named
+
+
+async def test_a_store_that_trusts_log_keys_loads_only_checkpoints_they_signed(
+    snapshots_topic: TopicMaker, new_store: StoreMaker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forged checkpoint (newer, unsigned, or signed by another key) is passed over as if it
+    were not there: the worker's newest signed checkpoint is the one loaded."""
+    worker, other = KeyFile.new("worker:w1"), KeyFile.new("worker:w2")
+    trust = LogTrust.of([worker.public_key])
+    topic = await snapshots_topic()
+    mine = cluster_state("c-a", commands=2)
+    await (await new_store(topic, sign=worker.signature)).save(checkpoint(0, 5, mine))
+    signed = await (await new_store(topic, trust=trust)).load(0)
+    assert signed is not None and signed.signed and signed.snapshots["c-a"].state == mine
+
+    forged = cluster_state("c-a", commands=5)
+    await (await new_store(topic)).save(checkpoint(0, 9, forged))  # unsigned
+    await (await new_store(topic, sign=other.signature)).save(checkpoint(0, 11, forged))
+    assert (await (await new_store(topic)).load(0)).covers == 11  # type: ignore[union-attr]
+    with caplog.at_level(logging.ERROR, logger="rackplane.snapshots"):
+        loaded = await (await new_store(topic, trust=trust)).load(0)
+    assert loaded is not None and loaded.covers == 5 and loaded.snapshots["c-a"].state == mine
+    refused = [r.getMessage() for r in caplog.records]
+    assert any("which this reader does not trust" in m and other.id in m for m in refused)

@@ -288,3 +288,25 @@ def test_the_history_follows_the_log_and_leaves_out_what_no_rebuild_would_fold()
     assert follower.skipped == 3
     fresh = LogFollower({})
     assert fresh.follow([rec(ghost), rec(log[0]), rec(log[1])]) == [log[0], log[1]]
+
+
+def test_with_log_keys_the_history_leaves_out_events_the_controller_did_not_sign() -> None:
+    from types import SimpleNamespace
+
+    from rackplane.keyfiles import KeyFile
+    from rackplane.logtrust import LogTrust
+    from rackplane.streams.audit_agent import LogFollower
+
+    worker = KeyFile.new("worker:w1")
+    log = [worker.sign_event(e) for e in cluster_events("c", 3)]
+    forged = log[2].model_copy(update={"actor": "operator:mallory"})  # its signature breaks
+
+    def rec(event: Any) -> tuple[Any, Any]:
+        return SimpleNamespace(key=event.cluster.encode(), partition=0, offset=event.seq), event
+
+    follower = LogFollower({}, LogTrust.of([worker.public_key]))
+    unsigned = log[1].model_copy(update={"signature": None})
+    assert follower.follow([rec(log[0]), rec(unsigned), rec(log[1]), rec(forged), rec(log[2])]) == [
+        log[0], log[1], log[2],
+    ]  # fmt: skip
+    assert follower.forged == 2 and follower.skipped == 0

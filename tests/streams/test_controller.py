@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from rackplane.keyfiles import KeyFile
+from rackplane.logtrust import LogTrust
 from rackplane.models import (
     EVENTS,
     REJECTIONS,
@@ -23,6 +25,7 @@ from rackplane.models import (
     CommandRejected,
     CordonNode,
     Event,
+    PolicyConfigured,
     PolicySettings,
     RegisterTopology,
     Rejection,
@@ -31,7 +34,7 @@ from rackplane.projections import fold, initial_state
 from rackplane.streams._append import Decision, Fence, ForeignWrite, Revoked
 from rackplane.streams._fatal import Unavailable
 from rackplane.streams.agents import Controller
-from rackplane.streams.codec import decode_event, encode_command
+from rackplane.streams.codec import decode_event, encode_command, encode_event
 from rackplane.streams.eventlog import PartitionLog, _Reading, partition_for
 from rackplane.streams.replicas import Replicas
 from tests.streams.conftest import small_topology
@@ -55,15 +58,24 @@ class MemoryLog:
         default_factory=lambda: {p: [] for p in range(PARTITIONS)}
     )
     loads: int = 0
+    trust: LogTrust | None = None
 
     def initial(self, cluster: str) -> Any:
         return initial_state(cluster)
 
     async def rebuild_partition(
-        self, partition: int, *, start: int = 0, states: Any = None, timeout: float = 0
+        self,
+        partition: int,
+        *,
+        start: int = 0,
+        states: Any = None,
+        timeout: float = 0,
+        signed: bool = False,
     ) -> PartitionLog:
         self.loads += 1
-        reading = _Reading(partition, f"events[{partition}]", dict(states or {}), initial_state)
+        reading = _Reading(
+            partition, f"events[{partition}]", dict(states or {}), initial_state, self.trust, signed
+        )
         kept = self.records[partition]
         reading.take(
             [
@@ -150,8 +162,11 @@ class Rig:
         await self.controller.process(list(messages))
 
 
-def rig(*, fail: int = 0, land: int = 0, outage_limit: float = 30.0) -> Rig:
-    log = MemoryLog()
+def rig(
+    *, fail: int = 0, land: int = 0, outage_limit: float = 30.0, key: KeyFile | None = None
+) -> Rig:
+    """`key`: the worker's key, which signs every event; the log then trusts only it."""
+    log = MemoryLog(trust=LogTrust.of([key.public_key]) if key is not None else None)
     appender = FlakyAppender(log, fail=fail, land=land)
     rejected = Rejected()
     fence = Fence(stall_after=60.0)
@@ -167,6 +182,7 @@ def rig(*, fail: int = 0, land: int = 0, outage_limit: float = 30.0) -> Rig:
         fence=fence,
         clock=lambda: NOW,
         outage_limit=outage_limit,
+        seal=key.sign_event if key is not None else None,
     )
     return Rig(log, appender, rejected, controller, fence)
 
@@ -324,3 +340,26 @@ async def test_an_event_someone_else_wrote_among_the_batches_makes_the_controlle
     await r.send(r.message(command))  # no exception: the worker goes on
     assert r.log.loads == loads + 1  # the partition was read again, and judged
     assert_one_decision_each(r.log, c, [command])
+
+
+async def test_with_a_worker_key_every_event_is_signed_and_a_forged_one_never_folded() -> None:
+    """Issue 16: an event someone else appended at the next seq used to win the next rebuild
+    (a fork the running controller did not see). Signed, the reload passes over it."""
+    key = KeyFile.new("worker:w1")
+    r = rig(key=key)
+    c = cluster_on(0)
+    await r.send(r.message(register(c)))
+    written = r.log.events(c)
+    assert written and all(e.signature is not None and e.signature.key == key.id for e in written)
+    forged = PolicyConfigured(
+        id=f"{c}-forged", cluster=c, seq=written[-1].seq + 1, at=NOW, actor="operator:test",
+        settings=PolicySettings(admins=("operator:mallory",)),
+    )  # fmt: skip
+    r.log.records[0].append((c.encode(), encode_event(forged)))
+    r.controller.replicas.forget()  # a restart: the next command reloads the partition
+    await r.send(r.message(cordon(c, "r0-n1")))
+    state = r.controller.replicas.states[c]
+    assert state.settings.admins is None and state.nodes["r0-n1"].cordoned
+    seqs = [(e.seq, e.type) for e in r.log.events(c)]
+    assert seqs[-2:] == [(forged.seq, "PolicyConfigured"), (forged.seq, "NodeCordoned")]
+    assert r.controller.replicas.forged == 1

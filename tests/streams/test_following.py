@@ -15,6 +15,8 @@ from typing import Any
 
 from aiokafka.errors import KafkaConnectionError
 
+from rackplane.keyfiles import KeyFile
+from rackplane.logtrust import LogTrust
 from rackplane.models import (
     COMMANDS,
     TELEMETRY,
@@ -28,7 +30,7 @@ from rackplane.models import (
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.streams._following import Follower, FollowerCatchUp
 from rackplane.streams.agents import GpuManager
-from rackplane.streams.codec import decode_event
+from rackplane.streams.codec import decode_event, encode_event
 from rackplane.streams.replicas import Replicas
 from tests.streams.test_controller import (
     PARTITIONS,
@@ -270,3 +272,22 @@ async def test_what_the_consumer_never_delivers_is_handed_over_after_the_idle_ti
     await loop.once(now + 13.0)
     assert len(topic.peeks) == peeks + 1
     assert len(spare.offsets()) == handed  # the young record was not handed over
+
+
+async def test_a_forged_event_is_not_handed_over_but_its_offset_counts_as_delivered() -> None:
+    key = KeyFile.new("worker:w1")
+    r = rig(key=key)
+    c = cluster_on(0)
+    await decided(r, register(c))
+    forged = decode_event(r.log.records[0][-1][1]).model_copy(update={"signature": None})
+    r.log.records[0].append((c.encode(), encode_event(forged)))
+    await decided(r, cordon(c, "r0-n3"))
+    topic = EventsTopic(r.log)
+    agent = Handed(Replicas(r.log, partitions=PARTITIONS))  # type: ignore[arg-type]
+    trust = LogTrust.of([key.public_key])
+    f = Follower("tas", agent.handle, agent.replicas, topic, trust=trust)  # type: ignore[arg-type]
+    records = topic.records(0)
+    await f.process(records)
+    bad = len(records) - 2
+    assert agent.offsets() == [o for o in range(len(records)) if o != bad]
+    assert f.forged == 1 and f.holes.next == {0: len(records)} and topic.reads == []

@@ -219,3 +219,64 @@ def test_a_worker_whose_key_file_is_open_to_others_refuses_to_start_in_one_line(
     assert result.output.strip().splitlines() == [
         f"error: {path}: others can read or change this key file (mode 644): chmod 600 it"
     ]
+
+
+def test_an_event_written_to_the_log_by_anyone_but_the_controller_is_ignored_by_every_reader(
+    signing: Pipeline, keys: dict[str, Path]
+) -> None:
+    """Issue 16: an unsigned `PolicyConfigured` making mallory admin, appended straight to the
+    events topic at the cluster's next seq, used to win the next rebuild (the controller then
+    wrote its own event at that seq). Now the rebuild, the controller and the projections
+    pass over it; a reader that trusts nothing would see the fork it makes."""
+    from aiokafka import AIOKafkaProducer
+
+    from rackplane.logtrust import LogTrust
+    from rackplane.models import PolicyConfigured
+    from rackplane.streams.codec import encode_event
+    from rackplane.streams.eventlog import EventLog, ForkDetected
+
+    async def go() -> None:
+        c = await registered(signing, keys)
+        alice, worker = key(keys, "alice"), key(keys, "worker")
+        events = await signing.events(c, lambda es: bool(es))
+        last = events[-1]
+        assert last.signature is not None and last.signature.key == worker.id
+        admins = PolicySettings(spares_per_rack=1, admins=("operator:mallory",))
+        forged = PolicyConfigured(
+            id=f"{c}-forged", cluster=c, seq=last.seq + 1, at=last.at, actor=alice.actor,
+            settings=admins, reason="forged",
+        )  # fmt: skip
+        producer = AIOKafkaProducer(**signing.config.kafka_options())
+        await producer.start()
+        try:
+            await producer.send_and_wait(
+                signing.config.topic("events"), encode_event(forged), key=c.encode()
+            )
+        finally:
+            await producer.stop()
+        cordon = alice.sign(
+            CordonNode(id=signing.command_id("cordon"), cluster=c, actor=alice.actor, node="r1-n0")
+        )
+        await signing.send(cordon)
+        got = await signing.events(c, lambda es: any(e.type == "NodeCordoned" for e in es))
+        (cordoned,) = [e for e in got if e.type == "NodeCordoned"]
+        assert cordoned.seq == forged.seq  # the controller never folded the forged event
+
+        trusting = EventLog(
+            signing.config.kafka_options(), signing.config.topic("events"),
+            trust=LogTrust.of([worker.public_key]),
+        )  # fmt: skip
+        naive = EventLog(signing.config.kafka_options(), signing.config.topic("events"))
+        try:
+            rebuilt = await trusting.rebuild(c)
+            assert rebuilt.state.settings.admins is None
+            assert rebuilt.state.seq == cordoned.seq
+            assert "r1-n0" in {n.id for n in rebuilt.state.nodes.values() if n.cordoned}
+            assert [e.id for e in rebuilt.events if e.seq == forged.seq] == [cordoned.id]
+            with pytest.raises(ForkDetected):  # what the forged record does to a naive reader
+                await naive.rebuild(c)
+        finally:
+            await trusting.stop()
+            await naive.stop()
+
+    asyncio.run(go())
