@@ -4,7 +4,7 @@ A key file is a small JSON document (`KeyFile`) written with mode 0600: the acto
 as, the key's id, its public key and its private key (base64 of the raw 32 bytes). The
 private key is never printed, logged or put in a command; `rackplane keys show` prints the
 rest, which is what a cluster's settings trust (`TrustedKey`). Generating a key draws from
-the operating system's randomness (`cryptography`), which is why this lives outside the core;
+the operating system's randomness (PyNaCl, libsodium), which is why this lives outside the core;
 signing is deterministic (Ed25519), so two workers signing the same proposal produce the same
 bytes.
 """
@@ -17,8 +17,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Self, TypeVar
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.signing import SigningKey
 from pydantic import BaseModel, ConfigDict, SecretStr, StringConstraints, ValidationError
 
 from rackplane.logtrust import event_payload
@@ -36,7 +35,7 @@ from rackplane.models import (
 C = TypeVar("C", bound=BaseModel)
 
 
-_parsed: dict[str, tuple[str, Ed25519PrivateKey]] = {}
+_parsed: dict[str, tuple[str, SigningKey]] = {}
 """Key id -> (its private key as stored, parsed and checked once): signing is per command."""
 
 
@@ -60,15 +59,8 @@ class KeyFile(BaseModel):
     @classmethod
     def new(cls, actor: str) -> Self:
         """A fresh key pair for `actor`."""
-        private = Ed25519PrivateKey.generate()
-        raw_public = private.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
-        raw_private = private.private_bytes(
-            serialization.Encoding.Raw,
-            serialization.PrivateFormat.Raw,
-            serialization.NoEncryption(),
-        )
+        private = SigningKey.generate()
+        raw_public, raw_private = bytes(private.verify_key), bytes(private)
         return cls(
             actor=actor,
             id=key_id_of(raw_public),
@@ -84,29 +76,29 @@ class KeyFile(BaseModel):
         """`command` with this key's signature (its actor must be this key's, or a worker
         actor for a worker's key: the controller checks)."""
         private = self._private()
-        value = private.sign(signing_payload(command))
+        value = private.sign(signing_payload(command)).signature
         signature = Signature(key=self.id, value=base64.b64encode(value).decode())
         return command.model_copy(update={"signature": signature})
 
     def signature(self, payload: bytes) -> Signature:
         """This key's signature over `payload` (a context line first: `rackplane.logtrust`)."""
-        value = self._private().sign(payload)
+        value = self._private().sign(payload).signature
         return Signature(key=self.id, value=base64.b64encode(value).decode())
 
     def sign_event(self, event: Event) -> Event:
         """`event` with this key's signature: the controller signs what it appends."""
         return event.model_copy(update={"signature": self.signature(event_payload(event))})
 
-    def _private(self) -> Ed25519PrivateKey:
+    def _private(self) -> SigningKey:
         parsed = _parsed.get(self.id)
         if parsed is not None and parsed[0] == self.private_key.get_secret_value():
             return parsed[1]
         raw = base64.b64decode(self.private_key.get_secret_value())
-        private = Ed25519PrivateKey.from_private_bytes(raw)
-        public = private.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
-        if key_id_of(public) != self.id:
+        try:
+            private = SigningKey(raw)
+        except (ValueError, TypeError):
+            raise KeyFileError(f"key {self.id}: its private key is not 32 bytes") from None
+        if key_id_of(bytes(private.verify_key)) != self.id:
             raise KeyFileError(f"key {self.id}: its private key does not match its id")
         _parsed[self.id] = (self.private_key.get_secret_value(), private)
         return private

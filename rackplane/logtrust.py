@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
 from pydantic import BaseModel
 
 from rackplane.models import Event, Signature, key_id_of
@@ -74,7 +74,7 @@ class LogTrustError(ValueError):
 class LogTrust:
     """The keys a reader takes events and checkpoints from."""
 
-    keys: dict[str, Ed25519PublicKey]
+    keys: dict[str, VerifyKey]
     """Key id -> public key."""
     unsigned_prefix: bool = False
     """Take unsigned events until the first signed one of a partition (see the rules)."""
@@ -86,7 +86,7 @@ class LogTrust:
         Raises:
             LogTrustError: a key is not base64 of 32 bytes, or there is none.
         """
-        keys: dict[str, Ed25519PublicKey] = {}
+        keys: dict[str, VerifyKey] = {}
         for text in public_keys:
             try:
                 raw = base64.b64decode(text, validate=True)
@@ -94,7 +94,7 @@ class LogTrust:
                 raise LogTrustError(f"log key {text!r}: not base64") from None
             if len(raw) != 32:
                 raise LogTrustError(f"log key {text!r}: {len(raw)} bytes, not 32 (Ed25519)")
-            keys[key_id_of(raw)] = Ed25519PublicKey.from_public_bytes(raw)
+            keys[key_id_of(raw)] = VerifyKey(raw)
         if not keys:
             raise LogTrustError("no log key: a signed log needs at least the worker's")
         return cls(keys, unsigned_prefix)
@@ -113,8 +113,8 @@ class LogTrust:
         if seen in _verified:
             return None
         try:
-            public.verify(raw, payload)
-        except InvalidSignature:
+            public.verify(payload, raw)
+        except BadSignatureError:
             return f"its signature by key {sig.key} does not verify: changed after it was signed"
         if len(_verified) >= VERIFIED_KEPT:
             del _verified[next(iter(_verified))]

@@ -17,8 +17,8 @@ Rules of this file:
 
 from __future__ import annotations
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
 
 from rackplane.models import Command, RegisterTopology, Role, TrustedKey, signing_payload
 from rackplane.policies._checks import reject
@@ -27,7 +27,7 @@ from rackplane.projections.state import ClusterState
 WORKER_ACTORS = ("gpu_manager",)
 """Actors a `policy` key signs as besides `policy:<name>`."""
 
-_parsed: dict[str, Ed25519PublicKey] = {}
+_parsed: dict[str, VerifyKey] = {}
 _indexes: dict[int, tuple[tuple[TrustedKey, ...], dict[str, TrustedKey]]] = {}
 """Key lists by id() -> (the list, its keys by id): held, so an id() is not reused while its
 entry lives; a few entries (a list changes only with `TrustKey`/`RevokeKey`)."""
@@ -99,9 +99,9 @@ def verifies(key: TrustedKey, signature: bytes, payload: bytes) -> bool:
     """Whether `signature` is `key`'s over `payload`."""
     public = _parsed.get(key.public_key)
     if public is None:
-        public = _parsed[key.public_key] = Ed25519PublicKey.from_public_bytes(key.raw())
+        public = _parsed[key.public_key] = VerifyKey(key.raw())
     try:
-        public.verify(signature, payload)
-    except InvalidSignature:
+        public.verify(payload, signature)
+    except BadSignatureError:
         return False
     return True

@@ -106,7 +106,7 @@ def test_an_event_signature_is_no_command_signature() -> None:
     event = cordoned(3)
     assert event_payload(event).startswith(b"rackplane event v1\nNodeCordoned\n")
     as_command = Signature(key=WORKER.id, value=base64.b64encode(
-        WORKER._private().sign(event_payload(event)[len(b"rackplane event v1\n"):])
+        WORKER._private().sign(event_payload(event)[len(b"rackplane event v1\n"):]).signature
     ).decode())  # fmt: skip
     assert TRUST.event_problem(event.model_copy(update={"signature": as_command})) is not None
 
