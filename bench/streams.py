@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from bench._clusters import topology
+from rackplane.keyfiles import KeyFile
 from rackplane.models import (
     TELEMETRY,
     CordonNode,
@@ -38,6 +40,7 @@ from rackplane.models import (
     NodeTelemetry,
     PolicySettings,
     RegisterTopology,
+    Role,
     Topology,
     UncordonNode,
 )
@@ -225,17 +228,37 @@ async def telemetry(
     return _rate(stage or "telemetry through gpu_manager", n, t1 - t0, (c0, c1))
 
 
-async def commands(url: str, n: int, racks: int = 128) -> dict[str, Any]:
-    config = _config(url, policies=(), projections=False, gpu_manager=False)
+async def commands(
+    url: str, n: int, racks: int = 128, *, signed_in: Path | None = None
+) -> dict[str, Any]:
+    """`signed_in`: a directory for key files; the cluster then trusts keys, every command is
+    signed by an admin's key, and the worker signs every event with its own (issue 16)."""
+    admin = worker_key = None
+    kw: dict[str, Any] = {}
+    if signed_in is not None:
+        admin, worker_key = KeyFile.new("operator:bench"), KeyFile.new("worker:bench")
+        path = signed_in / f"worker-{uuid.uuid4().hex[:8]}.key"
+        worker_key.save(path)
+        kw["worker_key_file"] = str(path)
+    config = _config(url, policies=(), projections=False, gpu_manager=False, **kw)
     await ensure_topics(config)
     t = topology(racks)
     node = t.racks[0].nodes[0]
+    actor = admin.actor if admin is not None else "bench"
     async with Client(config, linger_ms=5) as client:
-        await _register(client, t.cluster, racks)
+        if admin is None or worker_key is None:
+            await _register(client, t.cluster, racks)
+        else:
+            keys = (admin.trusted(Role.ADMIN), worker_key.trusted(Role.POLICY))
+            reg = RegisterTopology(id=f"reg-{t.cluster}", cluster=t.cluster, actor=admin.actor,
+                                   topology=t, settings=PolicySettings(keys=keys))  # fmt: skip
+            await client.send(admin.sign(reg))
         values = []
         for i in range(n):
             kind = CordonNode if i % 2 == 0 else UncordonNode
-            c = kind(id=f"c{i}", cluster=t.cluster, actor="bench", node=node)
+            c: Any = kind(id=f"c{i}", cluster=t.cluster, actor=actor, node=node)
+            if admin is not None:
+                c = admin.sign(c)
             values.append((t.cluster.encode(), c.model_dump_json().encode()))
         await _produce(client, "commands", values)
     worker = WorkerProcess(config)
@@ -249,7 +272,8 @@ async def commands(url: str, n: int, racks: int = 128) -> dict[str, Any]:
         c1 = _cpu_seconds(pid)
     finally:
         worker.stop()
-    return _rate("commands through controller", n, t1 - t0, (c0, c1))
+    stage = "commands through controller" + (", signed" if signed_in is not None else "")
+    return _rate(stage, n, t1 - t0, (c0, c1))
 
 
 async def latency(
@@ -326,6 +350,9 @@ async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[
     rows.append(await telemetry(url, n))
     progress("streams: commands through controller")
     rows.append(await commands(url, n // 5))
+    progress("streams: signed commands through controller, signed events")
+    with tempfile.TemporaryDirectory() as keys:
+        rows.append(await commands(url, n // 5, signed_in=Path(keys)))
     raw = rows[0]["per_second"]
     for r in rows:
         r["ratio_to_raw"] = r["per_second"] / raw
