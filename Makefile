@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka test-faults lint bench bench-kafka clean kcat
+.PHONY: up demo test test-kafka test-acl test-faults lint bench bench-kafka clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -42,6 +42,11 @@ test: $(VENV)/.dev kcat
 ## test-kafka: the broker contract suite against a real Apache Kafka 4.x (KRaft), fetched with Maven
 test-kafka: $(VENV)/.dev kcat
 	$(BIN)/python scripts/kafka/kafka_server.py run -- $(BIN)/pytest -m broker tests/broker tests/streams
+
+## test-acl: the broker enforces who writes what (issue 16): Apache Kafka with SASL/SCRAM and an
+## authorizer, the ACLs of `rackplane config acls` applied with Kafka's kafka-acls
+test-acl: $(VENV)/.dev
+	$(BIN)/python scripts/kafka/kafka_server.py run --acl -- $(BIN)/pytest -m acl tests/acl
 
 ## test-faults: the fault suite (issue 15): brokers killed and paused, workers crashed, bad
 ## input; on Apache Kafka 4.x (the suite starts its own) and on the embedded broker where a

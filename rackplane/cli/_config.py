@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,3 +73,35 @@ def doc() -> None:
     from rackplane.config import render_config_doc
 
     typer.echo(render_config_doc(), nl=False)
+
+
+@config_app.command()
+def acls(
+    bootstrap: Annotated[
+        str, typer.Option(help="host:port of the broker, in the printed commands.")
+    ] = "BROKER:9092",
+    worker: Annotated[str, typer.Option(help="The workers' SASL user.")] = "worker",
+    client: Annotated[str, typer.Option(help="The CLI's and console's SASL user.")] = "client",
+    exporter: Annotated[str, typer.Option(help="The exporters' SASL user.")] = "exporter",
+    command_config: Annotated[
+        str, typer.Option(help="The admin's client properties file, in the printed commands.")
+    ] = "admin.properties",
+    config_file: ConfigFile = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the `kafka-acls.sh` commands that give each component only what it needs, for
+    the configured topic prefix and app id (docs/OPERATIONS.md, "The broker's ACLs")."""
+    from rackplane.streams.acls import Principals, command_lines
+    from rackplane.streams.acls import acls as all_acls
+
+    s = settings(config_file)
+    who = Principals(worker=worker, client=client, exporter=exporter)
+    if json_out:
+        rows = all_acls(s.topic_prefix, s.app_id, who)
+        print_json([dataclasses.asdict(a) for a in rows])
+        return
+    lines = command_lines(
+        s.topic_prefix, s.app_id, who, bootstrap=bootstrap, command_config=command_config
+    )
+    for line in lines:
+        typer.echo(line)

@@ -34,6 +34,14 @@ CLI::
 with CMD's status. The broker also listens with SASL_PLAINTEXT + SCRAM-SHA-512 (a user made
 at format time): `RACKPLANE_TEST_SASL_BROKER=kafka://127.0.0.1:SASL_PORT`, with
 `RACKPLANE_TEST_SASL_USERNAME` / `RACKPLANE_TEST_SASL_PASSWORD`, for the security tests.
+`run --acl` starts it instead with an authorizer (`StandardAuthorizer`, nothing allowed
+without an ACL) and SASL only: `RACKPLANE_TEST_ACL_BROKER=kafka://127.0.0.1:SASL_PORT`,
+`RACKPLANE_TEST_ACL_USERS` (JSON: user -> password, for `admin`, a super user, and the
+components' `worker`, `client` and `exporter`, all made at format time) and
+`RACKPLANE_TEST_KAFKA_JARS` (the classpath directory: `org.apache.kafka.tools.AclCommand`,
+i.e. kafka-acls.sh, is in it). Its controller listener stays PLAINTEXT on 127.0.0.1, as the
+KRaft quorum's own principal (ANONYMOUS) must be a super user: on a shared machine that is
+loopback only; in production the controller listener belongs on a network of its own.
 When Kafka cannot be fetched or started it exits with status 3 and says
 why (with the tail of the Maven output or broker log): it never skips.
 
@@ -45,6 +53,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -55,12 +64,14 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
 KAFKA_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
 BROKER_JAR = f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
+TOOLS_JAR = f"kafka-tools-{KAFKA_VERSION}.jar"
 POM = Path(__file__).resolve().with_name("pom.xml")
 HOST = "127.0.0.1"
 ENV_VAR = "RACKPLANE_TEST_BROKER"
@@ -68,6 +79,11 @@ SASL_ENV_VAR = "RACKPLANE_TEST_SASL_BROKER"
 SASL_MECHANISM = "SCRAM-SHA-512"
 SASL_USERNAME = "rackplane-test"
 SASL_PASSWORD = "rackplane-test-secret"  # a throwaway broker's throwaway user
+ACL_USERS = {
+    user: f"{user}-rackplane-test-secret" for user in ("admin", "worker", "client", "exporter")
+}
+"""The ACL broker's users (throwaway passwords of a throwaway broker); `admin` is super."""
+ACL_ENV_VAR = "RACKPLANE_TEST_ACL_BROKER"
 EXIT_KAFKA_FAILED = 3
 _TAIL_LINES = 40
 _PORT_RETRIES = 3
@@ -102,11 +118,16 @@ def default_cache_dir() -> Path:
 
 
 def jars_are_complete(directory: Path) -> bool:
-    """True when `directory` holds the broker jar with `kafka/Kafka.class` inside."""
-    jar = directory / BROKER_JAR
+    """True when `directory` holds the broker jar with `kafka/Kafka.class` inside, and the
+    tools jar with `AclCommand` (a cache from before the ACL tier lacks it: fetched again)."""
+    wanted = (
+        (BROKER_JAR, "kafka/Kafka.class"),
+        (TOOLS_JAR, "org/apache/kafka/tools/AclCommand.class"),
+    )
     try:
-        with zipfile.ZipFile(jar) as archive:
-            archive.getinfo("kafka/Kafka.class")
+        for jar, entry in wanted:
+            with zipfile.ZipFile(directory / jar) as archive:
+                archive.getinfo(entry)
     except (OSError, KeyError, zipfile.BadZipFile):
         return False
     return True
@@ -157,7 +178,7 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
             output = "\n".join((result.stdout + result.stderr).strip().splitlines()[-_TAIL_LINES:])
             raise KafkaError(f"Maven failed (exit {result.returncode}):\n{output}")
         if not jars_are_complete(staging):
-            raise KafkaError(f"Maven finished but {BROKER_JAR} with kafka/Kafka.class is missing")
+            raise KafkaError(f"Maven finished but {BROKER_JAR} or {TOOLS_JAR} is incomplete")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -186,10 +207,19 @@ def new_cluster_id() -> str:
             return text
 
 
-def server_properties(port: int, controller_port: int, sasl_port: int, data_dir: Path) -> str:
+def server_properties(
+    port: int, controller_port: int, sasl_port: int, data_dir: Path, *, acl: bool = False
+) -> str:
     """One combined broker+controller node on 127.0.0.1 (see STACK_NOTES.md), with a second,
-    SASL_PLAINTEXT/SCRAM listener on `sasl_port`."""
+    SASL_PLAINTEXT/SCRAM listener on `sasl_port`. `acl`: SASL only (no PLAINTEXT listener for
+    clients; the broker talks to itself as `admin`) and an authorizer that allows nothing
+    without an ACL."""
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    if acl:
+        scram = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="admin" password="{ACL_USERS["admin"]}";'
+        )
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -214,6 +244,17 @@ def server_properties(port: int, controller_port: int, sasl_port: int, data_dir:
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
     }
+    if acl:
+        settings |= {
+            "listeners": f"SASL_PLAINTEXT://{HOST}:{sasl_port},CONTROLLER://{HOST}:{controller_port}",
+            "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{sasl_port}",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.mechanism.inter.broker.protocol": SASL_MECHANISM,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "false",
+        }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -289,8 +330,16 @@ class KafkaServer:
         java: str = "java",
         ready_timeout: float = 120.0,
         stop_timeout: float = 30.0,
+        acl: bool = False,
+        render: Callable[[int, int, int, Path], str] | None = None,
     ) -> None:
+        """`acl`: the ACL broker (see the module docstring). `render`: server.properties of
+        its own, from (port, controller port, SASL port, data directory): a configuration
+        under test (the compose file's), with the ACL broker's users; ready when its log
+        says it started."""
         self.jars = jars
+        self.acl = acl or render is not None
+        self.render = render
         self.java = java
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
@@ -474,9 +523,13 @@ class KafkaServer:
         while len({port, controller_port, sasl_port}) < 3:
             controller_port, sasl_port = free_port(), free_port()
         properties = self.work_dir / "server.properties"
-        properties.write_text(
-            server_properties(port, controller_port, sasl_port, self.work_dir / "data")
-        )
+        data = self.work_dir / "data"
+        if self.render is not None:
+            properties.write_text(self.render(port, controller_port, sasl_port, data))
+        else:
+            properties.write_text(
+                server_properties(port, controller_port, sasl_port, data, acl=self.acl)
+            )
         log_path = self.work_dir / "kafka.log"
 
         fmt = subprocess.run(
@@ -490,8 +543,7 @@ class KafkaServer:
                 new_cluster_id(),
                 "-c",
                 str(properties),
-                "--add-scram",
-                f"{SASL_MECHANISM}=[name={SASL_USERNAME},password={SASL_PASSWORD}]",
+                *self._scram_users(),
             ],
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -509,6 +561,13 @@ class KafkaServer:
         self._ports = (port, controller_port, sasl_port)
         self._wait_ready(port, log_path)
 
+    def _scram_users(self) -> list[str]:
+        users = ACL_USERS if self.acl else {SASL_USERNAME: SASL_PASSWORD}
+        out = []
+        for name, password in users.items():
+            out += ["--add-scram", f"{SASL_MECHANISM}=[name={name},password={password}]"]
+        return out
+
     def _wait_ready(self, port: int, log_path: Path) -> None:
         assert self._process is not None
         deadline = time.monotonic() + self.ready_timeout
@@ -521,15 +580,30 @@ class KafkaServer:
                     f"Kafka exited with status {self._process.returncode} before it was ready; "
                     f"last lines of {log_path}:\n{log}"
                 )
-            with contextlib.suppress(OSError, struct.error, UnicodeDecodeError):
-                if any(broker_port == port for _, _, broker_port in metadata_brokers(port)):
+            if self.acl:  # no listener takes a request before SASL: the broker says it is up
+                if "Kafka Server started" in tail(log_path, 400) and _accepts(self.sasl_port):
                     return
+            else:
+                with contextlib.suppress(OSError, struct.error, UnicodeDecodeError):
+                    if any(broker_port == port for _, _, broker_port in metadata_brokers(port)):
+                        return
             if time.monotonic() > deadline:
                 raise KafkaError(
                     f"Kafka was not ready on {HOST}:{port} within {self.ready_timeout:.0f} s; "
                     f"last lines of {log_path}:\n{tail(log_path)}"
                 )
             time.sleep(0.25)
+
+
+def _accepts(port: int | None) -> bool:
+    """Whether a TCP connection to `port` on 127.0.0.1 is accepted."""
+    if port is None:
+        return False
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 class _PortTaken(Exception):
@@ -592,6 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=120.0, help="seconds (120)")
     sub = parser.add_subparsers(dest="action", required=True)
     run = sub.add_parser("run", help="start Kafka, run CMD with RACKPLANE_TEST_BROKER, stop")
+    run.add_argument(
+        "--acl", action="store_true", help="SASL only, with an authorizer (the ACL tier)"
+    )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     sub.add_parser("fetch", help="only fetch the jars into the cache")
     sub.add_parser("serve", help="start Kafka and keep it running until Ctrl-C")
@@ -609,22 +686,33 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "fetch":
             say(f"jars ready in {jars}")
             return 0
-        with KafkaServer(jars, ready_timeout=args.ready_timeout) as server:
+        acl = bool(getattr(args, "acl", False))
+        with KafkaServer(jars, ready_timeout=args.ready_timeout, acl=acl) as server:
             if args.action == "serve":
                 say(f"serving {server.url}; Ctrl-C stops it")
                 with contextlib.suppress(KeyboardInterrupt, _Terminated):
                     while server._process is not None and server._process.poll() is None:
                         time.sleep(0.5)
                 return 0
-            env = dict(
-                os.environ,
-                **{
-                    ENV_VAR: server.url,
-                    SASL_ENV_VAR: server.sasl_url,
-                    "RACKPLANE_TEST_SASL_USERNAME": SASL_USERNAME,
-                    "RACKPLANE_TEST_SASL_PASSWORD": SASL_PASSWORD,
-                },
-            )
+            if acl:
+                env = dict(
+                    os.environ,
+                    **{
+                        ACL_ENV_VAR: server.sasl_url,
+                        "RACKPLANE_TEST_ACL_USERS": json.dumps(ACL_USERS),
+                        "RACKPLANE_TEST_KAFKA_JARS": str(jars),
+                    },
+                )
+            else:
+                env = dict(
+                    os.environ,
+                    **{
+                        ENV_VAR: server.url,
+                        SASL_ENV_VAR: server.sasl_url,
+                        "RACKPLANE_TEST_SASL_USERNAME": SASL_USERNAME,
+                        "RACKPLANE_TEST_SASL_PASSWORD": SASL_PASSWORD,
+                    },
+                )
             status = _run_command(command, env)
             say("stopping Kafka")
             return status

@@ -47,19 +47,43 @@ def test_the_schema_check_catches_a_misspelled_key() -> None:
     assert errors and "comand" in " ".join(errors)
 
 
-def test_compose_runs_a_three_broker_kraft_kafka_cluster() -> None:
+def test_compose_runs_a_three_broker_kraft_kafka_cluster_with_tls_sasl_and_acls() -> None:
     services = compose()["services"]
-    brokers = {n: s for n, s in services.items() if n.startswith("kafka-")}
+    brokers = {n: s for n, s in services.items() if re.fullmatch(r"kafka-\d", n)}
     assert len(brokers) == 3
-    ids = sorted(s["environment"]["KAFKA_NODE_ID"] for s in brokers.values())
+    ids = sorted(s["environment"]["NODE_ID"] for s in brokers.values())
     assert ids == ["1", "2", "3"]
+    kafka = COMPOSE.parent / "kafka"
+    template = (kafka / "server.properties.template").read_text()
+    start = (kafka / "start.sh").read_text()
+    assert "process.roles=broker,controller" in template  # KRaft: no ZooKeeper
+    assert "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL" in template
+    assert "allow.everyone.if.no.acl.found=false" in template
+    voters = re.search(r"QUORUM_VOTERS\}\|([^|]+)\|", start)
+    assert voters and sorted(v.split("@")[0] for v in voters.group(1).split(",")) == ids
+    assert "s|\\${MIN_ISR}|2|g" in start
     for name, s in brokers.items():
-        env = s["environment"]
-        assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft: no ZooKeeper
-        voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
-        assert sorted(v.split("@")[0] for v in voters) == ids
-        assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{name}:9092"
-        assert int(env["KAFKA_MIN_INSYNC_REPLICAS"]) == 2
+        assert s["command"] == ["/bin/sh", "/etc/kafka-compose/start.sh"], name
+        for user in ("ADMIN", "WORKER", "CLIENT", "EXPORTER"):  # SCRAM users made at format
+            assert s["environment"][f"KAFKA_{user}_PASSWORD"].startswith(
+                f"${{KAFKA_{user}_PASSWORD:?"
+            )
+    acls = services["kafka-acls"]
+    assert acls["command"] == ["/bin/sh", "/etc/kafka-compose/acls.sh"]
+    assert set(acls["depends_on"]) == set(brokers)
+
+
+def test_each_rackplane_service_connects_as_its_own_kafka_user_after_the_acls() -> None:
+    services = compose()["services"]
+    users = {"worker": "worker", "exporter": "exporter", "register": "client", "console": "client"}
+    for name, user in users.items():
+        env = services[name]["environment"]
+        assert env["RACKPLANE_KAFKA_SASL_USERNAME"] == user, name
+        password = env["RACKPLANE_KAFKA_SASL_PASSWORD"]
+        assert password.startswith(f"${{KAFKA_{user.upper()}_PASSWORD:?"), name
+        assert services[name]["depends_on"] == {
+            "kafka-acls": {"condition": "service_completed_successfully"}
+        }, name
 
 
 def test_compose_workers_exporter_and_console_run_rackplane_commands() -> None:
@@ -87,7 +111,11 @@ def test_the_compose_config_and_cluster_files_load(monkeypatch: pytest.MonkeyPat
     for name in list(os.environ):
         if name.startswith("RACKPLANE_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("RACKPLANE_KAFKA_SASL_USERNAME", "worker")  # what compose.yaml sets
+    monkeypatch.setenv("RACKPLANE_KAFKA_SASL_PASSWORD", "what-compose-interpolates")
     settings = load_settings(files["rackplane-config"]).settings
+    assert settings.stream_config().security.protocol == "SASL_SSL"
+    assert settings.stream_config().security.ssl_cafile == "/etc/kafka-certs/ca.crt"
     assert "RACKPLANE_WEB_TOKEN" in str(settings.stream_config().web_problem())
     worker_env = doc["services"]["worker"]["environment"]
     assert worker_env["RACKPLANE_WEB_TOKEN"].startswith("${RACKPLANE_WEB_TOKEN:?")
@@ -145,3 +173,56 @@ def test_the_pods_run_as_the_images_user() -> None:
     assert uid is not None
     for name, spec in pod_specs():
         assert spec["securityContext"]["runAsUser"] == int(uid.group(1)), name
+
+
+def test_a_kafka_nodes_start_script_fills_in_every_placeholder_and_adds_the_users(
+    tmp_path: Path,
+) -> None:
+    """deploy/compose/kafka/start.sh with stand-ins for the image's kafka-storage.sh and
+    kafka-server-start.sh (they record their arguments): node 2's server.properties is whole,
+    the storage is formatted with the four SCRAM users, and the broker runs that file."""
+    import subprocess
+
+    bin_dir = tmp_path / "kafka" / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in ("kafka-storage.sh", "kafka-server-start.sh"):
+        script = bin_dir / tool
+        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/{tool}.args"\n')
+        script.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"], "KAFKA_HOME": str(tmp_path / "kafka"),
+        "KAFKA_COMPOSE_DIR": str(COMPOSE.parent / "kafka"), "KAFKA_RUN_DIR": str(tmp_path),
+        "NODE_ID": "2", "CLUSTER_ID": "abc", "KAFKA_ADMIN_PASSWORD": "pa",
+        "KAFKA_WORKER_PASSWORD": "pw", "KAFKA_CLIENT_PASSWORD": "pc",
+        "KAFKA_EXPORTER_PASSWORD": "pe",
+    }  # fmt: skip
+    done = subprocess.run(
+        ["sh", str(COMPOSE.parent / "kafka" / "start.sh")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    props = (tmp_path / "server.properties").read_text()
+    assert "${" not in props
+    assert "node.id=2\n" in props and "advertised.listeners=CLIENT://kafka-2:9094," in props
+    assert "controller.quorum.voters=1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093\n" in props
+    assert "listeners=CLIENT://:9094,INTERNAL://:9092,CONTROLLER://:9093\n" in props
+    fmt = (tmp_path / "kafka-storage.sh.args").read_text().splitlines()
+    assert fmt[:6] == [
+        "format",
+        "--ignore-formatted",
+        "-t",
+        "abc",
+        "-c",
+        f"{tmp_path}/server.properties",
+    ]
+    users = [fmt[i + 1] for i, a in enumerate(fmt) if a == "--add-scram"]
+    assert users == [f"SCRAM-SHA-512=[name={u},password=p{u[0]}]"
+                     for u in ("admin", "worker", "client", "exporter")]  # fmt: skip
+    started = (tmp_path / "kafka-server-start.sh.args").read_text().splitlines()
+    assert started == [f"{tmp_path}/server.properties"]
+    assert 'username="admin" password="pa";' in (tmp_path / "admin.properties").read_text()
+    missing = subprocess.run(
+        ["sh", str(COMPOSE.parent / "kafka" / "start.sh")],
+        env={k: v for k, v in env.items() if k != "KAFKA_CLIENT_PASSWORD"}, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert missing.returncode != 0 and "KAFKA_CLIENT_PASSWORD" in missing.stderr

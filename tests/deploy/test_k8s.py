@@ -29,7 +29,9 @@ from tests.deploy.test_compose_and_image import cli_commands, cli_errors
 
 VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
 KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "labels", "images", "resources"}
-SECRET = "rackplane-kafka"
+KAFKA_SECRETS = {"worker": "rackplane-kafka-worker", "exporter": "rackplane-kafka-exporter"}
+"""Each component's own Kafka principal (issue 16: the exporter on every GPU node must not
+hold the workers' credentials)."""
 
 
 def test_the_kustomization_lists_every_resource_file_and_only_those() -> None:
@@ -95,7 +97,7 @@ def test_the_exporter_runs_on_gpu_nodes_and_scrapes_dcgm_on_its_node() -> None:
     assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
 
 
-def test_pods_are_locked_down_and_take_kafka_credentials_from_the_secret() -> None:
+def test_pods_are_locked_down_and_take_kafka_credentials_from_their_own_secret() -> None:
     known = cli_commands()
     for name, spec in pod_specs():
         assert spec["automountServiceAccountToken"] is False
@@ -107,8 +109,11 @@ def test_pods_are_locked_down_and_take_kafka_credentials_from_the_secret() -> No
             assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
             assert sc["capabilities"]["drop"] == ["ALL"]
             env = {e["name"]: e for e in c["env"]}
+            secret = KAFKA_SECRETS[c["args"][0]]
             password = env["RACKPLANE_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
-            assert password == {"name": SECRET, "key": "password"}
+            assert password == {"name": secret, "key": "password"}
+            user = env["RACKPLANE_KAFKA_SASL_USERNAME"]["valueFrom"]["secretKeyRef"]
+            assert user == {"name": secret, "key": "username"}
             assert "value" not in env["RACKPLANE_KAFKA_SASL_PASSWORD"]
             secrets = {
                 v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v
