@@ -1,18 +1,23 @@
 """A client of a running pipeline: send commands and telemetry, read events and rejections.
 
 Used by the production commands (`rackplane submit ...`), `rackplane up`, tests and benchmarks.
+With `log_keys` in its configuration, what it reads of the events topic is judged as the
+worker's readers judge it (`rackplane.logtrust`): an event not signed by one of those keys is
+passed over, so `rackplane events`, a command's outcome and the console show only what the
+controller wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import ValidationError
 
+from rackplane.logtrust import LogTrust, judge
 from rackplane.models import REJECTIONS, TELEMETRY, Command, Event, NodeTelemetry, Rejection
 from rackplane.streams.codec import decode_event, encode_command
 from rackplane.streams.config import StreamConfig
@@ -26,8 +31,28 @@ class Client:
     """Producer and readers for one pipeline (`async with Client(config) as c: ...`)."""
 
     def __init__(self, config: StreamConfig, *, linger_ms: int = 0) -> None:
+        """Raises:
+        LogTrustError: a log key is not an Ed25519 public key."""
         self.config = config
         self.producer = AIOKafkaProducer(**config.kafka_options(), acks="all", linger_ms=linger_ms)
+        self.trust = (
+            LogTrust.of(config.log_keys, unsigned_prefix=config.unsigned_log_prefix)
+            if config.log_keys
+            else None
+        )
+        self._signed: dict[int, bool] = {}
+        self.forged = 0
+        """Events passed over: not signed by a log key."""
+
+    def trusted(self, record: Any, event: Event) -> bool:
+        """Whether `event` (read from `record`) is the controller's (always, without log keys)."""
+        if self.trust is None:
+            return True
+        p = record.partition
+        why, self._signed[p] = judge(self.trust, event, self._signed.get(p, False))
+        if why is not None:
+            self.forged += 1
+        return why is None
 
     async def __aenter__(self) -> Client:
         await self.producer.start()
@@ -78,9 +103,11 @@ class Client:
                 if is_marker(record.headers) or not record.value:
                     continue
                 try:
-                    yield decode_event(record.value)
+                    event = decode_event(record.value)
                 except ValidationError:
                     continue
+                if self.trusted(record, event):
+                    yield event
         finally:
             await consumer.stop()
 
@@ -105,12 +132,17 @@ class Client:
             await asyncio.sleep(0)  # position the consumer at the end before sending
             await consumer.seek_to_end()
             await self.send(command)
-            return await _collect(consumer, command.id, timeout)
+            return await _collect(consumer, command.id, timeout, self.trusted)
         finally:
             await consumer.stop()
 
 
-async def _collect(consumer: AIOKafkaConsumer, cause: str, timeout: float) -> list[Event]:
+async def _collect(
+    consumer: AIOKafkaConsumer,
+    cause: str,
+    timeout: float,
+    trusted: Callable[[Any, Event], bool] = lambda r, e: True,
+) -> list[Event]:
     deadline = time.monotonic() + timeout
     found: list[Event] = []
     quiet_after: float | None = None
@@ -124,7 +156,7 @@ async def _collect(consumer: AIOKafkaConsumer, cause: str, timeout: float) -> li
                     event = decode_event(record.value)
                 except ValidationError:
                     continue
-                if event.causation_id == cause:
+                if event.causation_id == cause and trusted(record, event):
                     found.append(event)
                     quiet_after = time.monotonic() + 0.3
         if quiet_after is not None and time.monotonic() > quiet_after:

@@ -188,7 +188,9 @@ class LiveSource:
                         try:
                             if topic == "events":
                                 if r.key == key:
-                                    out.append(decode_event(r.value))
+                                    event = decode_event(r.value)
+                                    if client.trusted(r, event):  # type: ignore[attr-defined]
+                                        out.append(event)
                             else:
                                 out.append(REJECTIONS.validate_json(r.value))
                         except ValidationError:

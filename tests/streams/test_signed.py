@@ -228,10 +228,13 @@ def test_an_event_written_to_the_log_by_anyone_but_the_controller_is_ignored_by_
     events topic at the cluster's next seq, used to win the next rebuild (the controller then
     wrote its own event at that seq). Now the rebuild, the controller and the projections
     pass over it; a reader that trusts nothing would see the fork it makes."""
+    from dataclasses import replace
+
     from aiokafka import AIOKafkaProducer
 
     from rackplane.logtrust import LogTrust
     from rackplane.models import PolicyConfigured
+    from rackplane.streams.client import Client
     from rackplane.streams.codec import encode_event
     from rackplane.streams.eventlog import EventLog, ForkDetected
 
@@ -278,5 +281,15 @@ def test_an_event_written_to_the_log_by_anyone_but_the_controller_is_ignored_by_
         finally:
             await trusting.stop()
             await naive.stop()
+        # What the operator reads (`rackplane events`, the console) with the log keys set.
+        seen = replace(signing.config, log_keys=(worker.public_key,))
+        async with Client(seen) as client:
+            read = []
+            async for e in client.events():
+                if e.cluster == c:
+                    read.append(e)
+                    if e.id == cordoned.id:
+                        break
+        assert forged.id not in {e.id for e in read} and client.forged == 1
 
     asyncio.run(go())
