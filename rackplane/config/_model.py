@@ -161,9 +161,10 @@ class RackplaneSettings(BaseSettings):
     checkpoints the controller writes; the worker then takes no event or checkpoint not
     signed by it or by `log_keys`."""
     log_keys: tuple[str, ...] = ()
-    """Public keys (base64, `rackplane keys show`) of other workers whose events and
-    checkpoints are trusted too (an older key while the worker key is rotated). `history
-    verify` checks the stored events' signatures against these and `worker_key_file`'s."""
+    """Public keys (base64, `rackplane keys show`) of the workers whose events and checkpoints
+    are trusted: a worker trusts them besides its own key (an older key while the worker key
+    is rotated); the CLI and the console then show only events signed by one of them; `history
+    verify` checks the stored events' signatures against them (and `worker_key_file`'s)."""
     unsigned_log_prefix: bool = False
     """Take a partition's unsigned events until its first signed one: for a log written
     before the workers had keys (docs/OPERATIONS.md, "A signed log")."""
