@@ -16,6 +16,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rackplane.keyfiles import KeyFile
+from rackplane.logtrust import LogTrust
 from rackplane.streams.config import StreamConfig
 from tests.faults._check import Verdict, check_all
 from tests.faults._load import Follower, Load, Sender, Sent
@@ -44,8 +46,11 @@ class FaultCase:
         commands_topic: dict[str, str] | None = None,
         rate: float = 40.0,
         reserved: tuple[tuple[int, str], ...] = (),
+        signed: bool = False,
         **config: Any,
     ) -> None:
+        """`signed`: the worker has a key (it signs every event and checkpoint, and its
+        readers take only what it signed); the check then wants every event signed."""
         tag = uuid.uuid4().hex[:6]
         self.name = f"{name}-{broker.kind}"
         self.broker = broker
@@ -56,6 +61,12 @@ class FaultCase:
         fields: dict[str, Any] = {"partitions": 2, **config}
         if self.db is not None:
             fields["db"] = str(self.db)
+        self.trust: LogTrust | None = None
+        if signed:
+            key = KeyFile.new("worker:faults")
+            key.save(tmp / "worker.key")
+            fields["worker_key_file"] = str(tmp / "worker.key")
+            self.trust = LogTrust.of([key.public_key])
         self.config = StreamConfig(broker=broker.url, prefix=prefix, app_id=prefix, **fields)
         self.create = create
         self.events_topic = events_topic
@@ -161,6 +172,7 @@ class FaultCase:
             stop_workers=self.stop_workers,
             dbs=[Path(s.config.db) for s in self.supervisors if s.config.db],
             v=self.verdict,
+            trust=self.trust,
         )
         v.counts["commands_sent_by_load"] = self.load.commands
         v.counts["samples_sent_by_load"] = self.load.samples

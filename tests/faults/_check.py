@@ -41,6 +41,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
+from rackplane.logtrust import LogTrust
 from rackplane.models import COMMANDS, REJECTIONS, Event
 from rackplane.projections import (
     ClusterState,
@@ -455,6 +456,18 @@ async def _poll(url: str, good: Any) -> tuple[int, Any]:
         await asyncio.sleep(0.3)
 
 
+def check_signed(log: Log, trust: LogTrust, v: Verdict) -> None:
+    """Every event of the canonical log is signed by the worker's key and verifies."""
+    for cluster, events in sorted(log.canonical.items()):
+        for e in events:
+            why = trust.event_problem(e)
+            if why is None:
+                v.counts["events_signed"] += 1
+            else:
+                v.counts["events_not_signed"] += 1
+                v.problem(f"{cluster} seq {e.seq} ({e.type}): {why}")
+
+
 def check_history(dbs: Sequence[Path], log: Log, clusters: set[str], v: Verdict) -> None:
     """Step 5: the history holds exactly the canonical log (workers stopped). With two
     workers each recorded into its own file what it was assigned: their union, by seq."""
@@ -505,8 +518,11 @@ async def check_all(
     stop_workers: Any,
     dbs: Sequence[Path] = (),
     v: Verdict | None = None,
+    trust: LogTrust | None = None,
 ) -> Verdict:
-    """Steps 1-5; `stop_workers` (an async callable) runs between the views and the history."""
+    """Steps 1-5; `stop_workers` (an async callable) runs between the views and the history.
+    `trust`: the worker's key signs the log; every canonical event must carry its signature
+    (the history holds the same events, signatures included: step 5)."""
     v = v or Verdict(case)
     injected = {
         (s.partition, s.offset)
@@ -518,6 +534,8 @@ async def check_all(
     rejections = await read_topic(config, "rejected")
     v.counts["rejections"] = len(rejections)
     log = analyse_log(records, clusters, injected, v)
+    if trust is not None:
+        check_signed(log, trust, v)
     check_decisions(log, commands, rejections, sent, config.prefix, v)
     await check_views(log, workers, clusters, v)
     await stop_workers()

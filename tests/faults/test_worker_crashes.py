@@ -1,6 +1,8 @@
 """A worker SIGKILLed 20 times under load, at random points (starting, rebuilding, deciding),
 restarted each time by the supervisor. What issue 15 found holding (25 kills on Kafka, 22 on
-Tansu, nothing lost or doubled) must keep holding.
+Tansu, nothing lost or doubled) must keep holding, with the log signed (issue 16): the worker
+has a key, its rebuilds take only what it signed, and every event of the log carries its
+signature.
 
 A restart on Kafka takes ~7 s to be ready (the killed member's 6 s session must expire before
 the group rebalances): every fourth kill waits for a ready worker, the others come 0.3-3 s
@@ -27,7 +29,7 @@ async def test_a_worker_killed_20_times_under_load_loses_and_repeats_nothing(
     any_broker: FaultBroker, tmp_path: Path, report_dir: Path
 ) -> None:
     rng = random.Random(KILLS)
-    async with FaultCase("worker-killed", any_broker, tmp_path, report_dir) as case:
+    async with FaultCase("worker-killed", any_broker, tmp_path, report_dir, signed=True) as case:
         await case.start_load()
         await asyncio.sleep(3)
         for kill in range(KILLS):
@@ -42,4 +44,5 @@ async def test_a_worker_killed_20_times_under_load_loses_and_repeats_nothing(
         await asyncio.sleep(5)
         verdict = await case.finish()
     assert verdict.counts["worker_kills"] == KILLS
+    assert verdict.counts["events_signed"] > 0 and not verdict.counts["events_not_signed"]
     assert not verdict.problems, verdict.describe()
