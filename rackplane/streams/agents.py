@@ -151,6 +151,11 @@ class Controller:
         """Ranges read from the topic by the batch in hand, released once it is decided."""
         self._lock = asyncio.Lock()
 
+    @property
+    def forged(self) -> int:
+        """Events its rebuilds passed over: not signed by a trusted key."""
+        return self.replicas.forged
+
     async def process(self, batch: Sequence[Any]) -> None:
         """Decide every command of the batch, in order; return when its events are durable."""
         async with self._lock:

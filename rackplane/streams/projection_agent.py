@@ -136,12 +136,16 @@ class ControllerCounters(Protocol):
     checkpoints: int
     failing_since: float | None
 
+    @property
+    def forged(self) -> int: ...
+
 
 class FollowerCounters(Protocol):
     """What /metrics reads of a follower of the events topic (`_following.Follower`)."""
 
     name: str
     read_back: int
+    forged: int
 
 
 class _ControllerCollector:
@@ -188,6 +192,16 @@ class _ControllerCollector:
         for f in self.followers:
             read_back.add_metric([f.name], f.read_back)
         yield read_back
+        forged = CounterMetricFamily(
+            "rackplane_events_forged",
+            "Events of the log not signed by a trusted key, passed over (the controller: in "
+            "its rebuilds; an agent: in what it was delivered)",
+            labels=["reader"],
+        )
+        forged.add_metric(["controller"], c.forged)
+        for f in self.followers:
+            forged.add_metric([f.name], f.forged)
+        yield forged
 
 
 class Projections:

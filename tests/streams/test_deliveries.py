@@ -263,8 +263,9 @@ def test_metrics_count_the_commands_the_controller_read_back() -> None:
     from rackplane.streams.projection_agent import Metrics
 
     m = Metrics()
-    controller = NS(applied=12, undelivered=3, checkpoints=1, failing_since=None)
-    followers = [NS(name="tas", read_back=0), NS(name="projections", read_back=0)]
+    controller = NS(applied=12, undelivered=3, checkpoints=1, failing_since=None, forged=2)
+    followers = [NS(name="tas", read_back=0, forged=0), NS(name="projections", read_back=0,
+                                                            forged=1)]  # fmt: skip
     m.watch(controller, followers)
     text = m.render().decode()
     assert "rackplane_controller_decisions_total 12.0" in text
@@ -272,6 +273,8 @@ def test_metrics_count_the_commands_the_controller_read_back() -> None:
     assert "rackplane_controller_checkpoints_total 1.0" in text
     assert "rackplane_controller_appends_failing_seconds 0.0" in text
     assert 'rackplane_follower_events_read_back_total{agent="tas"} 0.0' in text
+    assert 'rackplane_events_forged_total{reader="controller"} 2.0' in text
+    assert 'rackplane_events_forged_total{reader="projections"} 1.0' in text
     controller.undelivered = 5
     followers[1].read_back = 7
     controller.failing_since = time.monotonic() - 10.0

@@ -66,6 +66,13 @@ def signing(
         p.worker.stop()
 
 
+def fetch(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return bytes(r.read())
+
+
 def key(keys: dict[str, Path], name: str) -> KeyFile:
     from rackplane.keyfiles import load_key
 
@@ -291,5 +298,14 @@ def test_an_event_written_to_the_log_by_anyone_but_the_controller_is_ignored_by_
                     if e.id == cordoned.id:
                         break
         assert forged.id not in {e.id for e in read} and client.forged == 1
+        # The worker's agents were delivered the record and passed over it, and say so.
+        url = f"http://127.0.0.1:{signing.worker.web_port}/metrics"
+        for _ in range(50):
+            metrics = (await asyncio.to_thread(fetch, url)).decode()
+            if 'rackplane_events_forged_total{reader="projections"} 1.0' in metrics:
+                break
+            await asyncio.sleep(0.2)
+        assert 'rackplane_events_forged_total{reader="projections"} 1.0' in metrics
+        assert 'rackplane_events_forged_total{reader="tas"} 1.0' in metrics
 
     asyncio.run(go())
