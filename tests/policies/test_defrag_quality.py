@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from datetime import datetime, timedelta
 
-from hypothesis import assume, event, given, settings
+from hypothesis import assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from rackplane.engine import Engine
@@ -34,6 +34,8 @@ from rackplane.policies.defrag import candidates, proposals, replace_victims, vi
 from rackplane.projections import ClusterState
 from tests.builders import CLUSTER, T0, cmd, job, rack, topology
 from tests.invariants import check_invariants
+
+M = JobKind.MANAGED
 
 
 class Clock:
@@ -127,6 +129,13 @@ def exhaustive(state: ClusterState, now: datetime) -> float | None:
     extra=st.integers(0, 6),
     priority=st.integers(1, 3),
 )
+@example(  # the budget's instance (found in CI, 2026-12-01): 5 racks, 12 jobs, hero of 10
+    n_racks=5, spares=1, extra=2, priority=2,
+    jobs=[(2, 1, M, 0, 5, 10, True), (2, 1, M, 0, 5, 10, False), (14, 2, M, 0, 5, 10, False),
+          (2, 1, M, 0, 5, 10, False), (2, 1, M, 0, 5, 10, True), (10, 1, M, 0, 5, 10, True),
+          (10, 2, M, 0, 5, 10, False), (2, 1, M, 0, 5, 10, True), (8, 1, M, 1, 5, 10, False),
+          (10, 2, M, 0, 5, 10, False), (10, 4, M, 0, 5, 10, False), (12, 4, M, 2, 5, 10, False)],
+)  # fmt: skip
 def test_the_plan_costs_within_5_percent_of_the_exhaustive_optimum(  # type: ignore[no-untyped-def]
     n_racks, spares, jobs, extra, priority
 ):
@@ -145,6 +154,13 @@ def test_the_plan_costs_within_5_percent_of_the_exhaustive_optimum(  # type: ign
     if optimum is None:
         assert plan is None
         return
+    if plan is None:
+        # The planner's other documented bound: MAX_TRIES validations per plan. Hypothesis
+        # found an instance whose plan needs ~130 (the cheaper options all fail). The same
+        # search without that bound must then find it, within 5%: the order was right and
+        # only the budget stopped it.
+        event("the default budget ran out")
+        plan = plan_defrag(state, "hero", now=now, max_tries=100_000)
     assert plan is not None, f"exhaustive search found a plan of {optimum:.3f} GPU-h"
     assert plan.cost <= optimum * 1.05 + 1e-9, (plan.cost, optimum)
     _assert_valid(state, plan)
