@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka test-acl test-faults lint bench bench-kafka clean kcat
+.PHONY: up demo test test-kafka test-acl test-k8s test-faults lint bench bench-kafka clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -47,6 +47,11 @@ test-kafka: $(VENV)/.dev kcat
 ## authorizer, the ACLs of `rackplane config acls` applied with Kafka's kafka-acls
 test-acl: $(VENV)/.dev
 	$(BIN)/python scripts/kafka/kafka_server.py run --acl -- $(BIN)/pytest -m acl tests/acl
+
+## test-k8s: the Kubernetes tier (issue 17): etcd, kube-apiserver and kwok built from the Go module
+## proxy (cached under ~/.cache/rackplane, keyed by version; ~9-17 min cold), started on 127.0.0.1
+test-k8s: $(VENV)/.dev
+	$(BIN)/python scripts/k8s/control_plane.py run -- $(BIN)/pytest -m k8s tests/k8s
 
 ## test-faults: the fault suite (issue 15): brokers killed and paused, workers crashed, bad
 ## input; on Apache Kafka 4.x (the suite starts its own) and on the embedded broker where a
