@@ -22,9 +22,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
@@ -136,3 +136,39 @@ def judge(trust: LogTrust | None, event: Event, signed_before: bool) -> tuple[st
         return None, signed_before
     why = trust.event_problem(event, signed_before=signed_before)
     return why, signed_before or (why is None and event.signature is not None)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Judge(Generic[K]):
+    """`judge` over one reader's stream: remembers, per partition (or whatever `where` a
+    reader keeps apart: a cluster in a history), whether a signed event was met there, and
+    counts what it refused. No trust: takes everything."""
+
+    def __init__(
+        self, trust: LogTrust | None, signed_at_start: Callable[[K], bool] = lambda w: False
+    ) -> None:
+        """`signed_at_start`: whether a place was signed before this reader met it (a
+        follower's replica read of the partition)."""
+        self.trust = trust
+        self.signed_at_start = signed_at_start
+        self.signed: dict[K, bool] = {}
+        self.forged = 0
+        """Events refused: not signed by a trusted key."""
+
+    def refuses(self, where: K, event: Event) -> str | None:
+        """Why `event`, met at `where`, is not the controller's; None when it is taken."""
+        if self.trust is None:
+            return None
+        before = self.signed.get(where)
+        if before is None:
+            before = self.signed_at_start(where)
+        why, self.signed[where] = judge(self.trust, event, before)
+        if why is not None:
+            self.forged += 1
+        return why
+
+    def forget(self) -> None:
+        """A rebalance: what was met is read again."""
+        self.signed.clear()

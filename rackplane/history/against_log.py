@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rackplane.history._writer import to_json
-from rackplane.logtrust import LogTrust, judge
+from rackplane.logtrust import Judge, LogTrust
 from rackplane.models import EVENTS
 
 EXAMPLES = 3
@@ -69,9 +69,15 @@ class LogIndex:
     """partition -> the offset of its first record read (above 0: the log was trimmed)."""
     trust: LogTrust | None = None
     """The log keys: a record not signed by one is *forged*, indexed as no reader folds it."""
-    forged: int = 0
     forged_examples: list[str] = field(default_factory=list)
-    signed: dict[int, bool] = field(default_factory=dict)
+    judge: Judge[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.judge = Judge(self.trust)
+
+    @property
+    def forged(self) -> int:
+        return self.judge.forged
 
     def add(self, partition: int, offset: int, value: bytes | None) -> None:
         """Index one record (markers are not passed in)."""
@@ -82,9 +88,8 @@ class LogIndex:
         except ValidationError:
             self.undecodable += 1
             return
-        why, self.signed[partition] = judge(self.trust, event, self.signed.get(partition, False))
+        why = self.judge.refuses(partition, event)
         if why is not None:
-            self.forged += 1
             if len(self.forged_examples) < EXAMPLES:
                 self.forged_examples.append(
                     f"{self.where(partition, offset)}: {event.type} {event.cluster}@{event.seq} "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from rackplane.history.reader import HistoryReader
-from rackplane.logtrust import LogTrust, judge
+from rackplane.logtrust import Judge, LogTrust
 from rackplane.models import EVENTS
 
 EXAMPLES = 3
@@ -51,7 +51,7 @@ def check_signatures(
     """Check each stored event's signature, by cluster and seq. With
     `trust.unsigned_prefix`, a cluster's unsigned events before its first signed one pass."""
     report = SignatureReport()
-    signed_before: dict[str, bool] = {}
+    by_cluster: Judge[str] = Judge(trust)
     for cluster, seq, payload in reader.event_payloads():
         report.events += 1
         try:
@@ -59,7 +59,7 @@ def check_signatures(
         except ValidationError as err:
             why: str | None = f"not an event ({err.errors()[0]['msg']})"
         else:
-            why, signed_before[cluster] = judge(trust, event, signed_before.get(cluster, False))
+            why = by_cluster.refuses(cluster, event)
         if why is None:
             report.signed += event.signature is not None
         else:

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from rackplane.logtrust import LogTrust, judge
+from rackplane.logtrust import Judge, LogTrust
 from rackplane.streams._deliveries import (
     IDLE_S,
     Holes,
@@ -101,10 +101,7 @@ class Follower:
         self.released = released
         self.retry_max = retry_max
         self.trust = trust
-        self.signed: dict[int, bool] = {}
-        """Partition -> a signed event was handed over (`LogTrust.unsigned_prefix`)."""
-        self.forged = 0
-        """Events not handed over: not signed by a trusted key."""
+        self.judge: Judge[int] = Judge(trust, lambda p: replicas.signed.get(p, False))
         self.holes = Holes()
         self.read_back = 0
         """Records read from the topic because the consumer did not deliver them."""
@@ -164,7 +161,7 @@ class Follower:
     def forget(self) -> None:
         """A rebalance: the replicas are read again, and expectations start from there."""
         self.holes.forget()
-        self.signed.clear()
+        self.judge.forget()
 
     async def _hand_over(
         self, batch: Sequence[Any], expected: dict[int, int], *, read: list[tuple[int, int, int]]
@@ -193,19 +190,20 @@ class Follower:
                 out.append(item)
                 continue
             p = message.partition
-            before = self.signed.get(p)
-            if before is None:
-                before = self.replicas.signed.get(p, False)
-            why, self.signed[p] = judge(self.trust, event, before)
+            why = self.judge.refuses(p, event)
             if why is None:
                 out.append(item)
                 continue
-            self.forged += 1
             log.warning(
                 "events[%d]@%d: %s %s@%d not handed to %s, not written by the controller: %s",
                 p, message.offset, event.type, event.cluster, event.seq, self.name, why,
             )  # fmt: skip
         return out
+
+    @property
+    def forged(self) -> int:
+        """Events not handed over: not signed by a trusted key."""
+        return self.judge.forged
 
     async def _read(self, partition: int, lo: int, hi: int) -> list[Any]:
         """The records [lo, hi), trying again while the broker refuses (nothing the agent

@@ -448,22 +448,23 @@ def _worker_key(config: StreamConfig) -> KeyFile | None:
                 "controller would write unsigned events its own readers refuse"
             )
         return None
-    key = load_key(Path(config.worker_key_file))
-    if config.log_keys:
-        try:
-            LogTrust.of(config.log_keys)
-        except LogTrustError as err:
-            raise KeyFileError(str(err)) from None
-    return key
+    return load_key(Path(config.worker_key_file))
 
 
 def _log_trust(config: StreamConfig, key: KeyFile | None) -> LogTrust | None:
-    """The keys the worker's readers take events and checkpoints from (None: all)."""
+    """The keys the worker's readers take events and checkpoints from (None: all).
+
+    Raises:
+        KeyFileError: a log key is not an Ed25519 public key.
+    """
     if key is None:
         return None
-    return LogTrust.of(
-        [key.public_key, *config.log_keys], unsigned_prefix=config.unsigned_log_prefix
-    )
+    try:
+        return LogTrust.of(
+            [key.public_key, *config.log_keys], unsigned_prefix=config.unsigned_log_prefix
+        )
+    except LogTrustError as err:
+        raise KeyFileError(str(err)) from None
 
 
 def _initial(config: StreamConfig) -> Callable[[str], ClusterState]:
@@ -689,7 +690,8 @@ def run_worker(config: StreamConfig, *, loglevel: str = "warning") -> None:
     problem = config.web_problem()
     if problem is not None:
         raise WebConfigError(problem)
-    _worker_key(config)  # a key file it cannot use stops it here, before it talks to the broker
+    # A key file or log key it cannot use stops it here, before it talks to the broker.
+    _log_trust(config, _worker_key(config))
     _quiet.quiet_kafka_clients()
     asyncio.run(ensure_topics(config))
     app = create_app(config)

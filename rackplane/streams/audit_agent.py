@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 from pydantic import ValidationError
 
-from rackplane.logtrust import LogTrust, judge
+from rackplane.logtrust import Judge, LogTrust
 from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.streams.audit import AuditSink
 from rackplane.streams.codec import decode_event
@@ -360,14 +360,11 @@ class LogFollower:
         self.judged = last_seqs is not None
         self.last: dict[str, int] = dict(last_seqs or {})
         self.skipped = 0
-        self.trust = trust
-        self.forged = 0
-        self.signed: dict[int, bool] = {}
+        self.judge: Judge[int] = Judge(trust)
 
-    def _refused(self, record: Any, event: Any) -> str | None:
-        p = record.partition
-        why, self.signed[p] = judge(self.trust, event, self.signed.get(p, False))
-        return why
+    @property
+    def forged(self) -> int:
+        return self.judge.forged
 
     def follow(self, decoded: Sequence[tuple[Any, Any]]) -> list[Any]:
         """The events of `decoded` ((record, event) pairs, in topic order) that are the log's."""
@@ -376,8 +373,7 @@ class LogFollower:
             if record.key != event.cluster.encode():
                 self.skipped += 1
                 continue
-            if self.trust is not None and (why := self._refused(record, event)) is not None:
-                self.forged += 1
+            if (why := self.judge.refuses(record.partition, event)) is not None:
                 log.warning(
                     "audit: events[%d]@%d %s %s@%d not recorded, not written by the "
                     "controller: %s",

@@ -17,7 +17,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import ValidationError
 
-from rackplane.logtrust import LogTrust, judge
+from rackplane.logtrust import Judge, LogTrust
 from rackplane.models import REJECTIONS, TELEMETRY, Command, Event, NodeTelemetry, Rejection
 from rackplane.streams.codec import decode_event, encode_command
 from rackplane.streams.config import StreamConfig
@@ -40,19 +40,16 @@ class Client:
             if config.log_keys
             else None
         )
-        self._signed: dict[int, bool] = {}
-        self.forged = 0
+        self.judge: Judge[int] = Judge(self.trust)
+
+    @property
+    def forged(self) -> int:
         """Events passed over: not signed by a log key."""
+        return self.judge.forged
 
     def trusted(self, record: Any, event: Event) -> bool:
         """Whether `event` (read from `record`) is the controller's (always, without log keys)."""
-        if self.trust is None:
-            return True
-        p = record.partition
-        why, self._signed[p] = judge(self.trust, event, self._signed.get(p, False))
-        if why is not None:
-            self.forged += 1
-        return why is None
+        return self.judge.refuses(record.partition, event) is None
 
     async def __aenter__(self) -> Client:
         await self.producer.start()

@@ -145,7 +145,9 @@ class FollowerCounters(Protocol):
 
     name: str
     read_back: int
-    forged: int
+
+    @property
+    def forged(self) -> int: ...
 
 
 class _ControllerCollector:

@@ -278,7 +278,7 @@ def test_the_history_follows_the_log_and_leaves_out_what_no_rebuild_would_fold()
     far = log[1].model_copy(update={"seq": 10**9, "id": f"c/{10**9}"})
 
     def rec(event: Any, key: str | None = None) -> tuple[Any, Any]:
-        return SimpleNamespace(key=(key or event.cluster).encode()), event
+        return SimpleNamespace(key=(key or event.cluster).encode(), partition=0), event
 
     follower = LogFollower({"c": 2})  # the history holds c up to seq 2
     kept = follower.follow(
