@@ -20,9 +20,12 @@ from pydantic.fields import FieldInfo
 
 from rackplane.keyfiles import KeyFile
 from rackplane.models import Command, Event, JobSpec, Rack, Role, Signature, Topology, TrustedKey
+from rackplane.models._ids import POD_REF_PATTERN
 from rackplane.models._text import FreeText, NameRule, refused
 
 IDS = st.from_regex(r"\A[a-z][a-z0-9-]{0,10}\Z")
+POD_REFS = st.from_regex(r"\A[a-z][a-z0-9-]{0,8}/[a-z][a-z0-9.-]{0,10}[a-z0-9]\Z")
+"""Kubernetes pods, `namespace/name` (short: shrinking and examples stay readable)."""
 TEXT_CHARS = st.characters(exclude_categories=("Cs",)).filter(lambda c: refused(c) is None)
 """What free text may hold: any character but those the text rule refuses (models._text)."""
 TEXT = st.text(TEXT_CHARS, max_size=30)
@@ -157,6 +160,8 @@ def _for(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
             return st.from_regex(rule.pattern, fullmatch=True)  # a command type
         if b.get("pattern") == r"^[0-9a-f]{16}$":
             return KEY_IDS
+        if b.get("pattern") == POD_REF_PATTERN:
+            return POD_REFS
         if "pattern" in b:
             return IDS
         chars = TEXT_CHARS if any(isinstance(m, FreeText) for m in metadata) else st.characters()

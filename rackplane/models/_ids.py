@@ -8,6 +8,8 @@ names: an event's `cluster/seq`, a policy's `<policy>:<seq>:<n>`, the GPU Manage
 
 from typing import Annotated
 
+from pydantic import StringConstraints
+
 from rackplane.models._text import NameRule
 
 ID_RULE = NameRule("an id", "id_invalid", 128)
@@ -44,3 +46,8 @@ alphabet, so no actor can display as another (`operator:\\u202eecila` is refused
 
 CommandType = Annotated[str, COMMAND_TYPE_RULE]
 """A command's `type` (`CancelJob`), as events about a command record it."""
+
+POD_REF_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$"
+PodRef = Annotated[str, StringConstraints(pattern=POD_REF_PATTERN, max_length=317)]
+"""A Kubernetes pod as `namespace/name` (a DNS label, a DNS subdomain): how a workload
+manager's adapter names the processes of a job it started."""

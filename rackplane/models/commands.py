@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter
 
 from rackplane.models._envelope import CommandEnvelope
-from rackplane.models._ids import JobId, NodeId, RackId
+from rackplane.models._ids import JobId, NodeId, PodRef, RackId
 from rackplane.models._text import Reason
 from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.keys import KeyId, TrustedKey
@@ -82,6 +82,8 @@ class StartJob(CommandEnvelope):
 
     type: Literal["StartJob"] = "StartJob"
     job: JobId
+    pods: tuple[PodRef, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    """The runtime's pods that run it (Kubernetes `namespace/name`), in the job's node order."""
 
 
 class CompleteJob(CommandEnvelope):

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter
 
 from rackplane.models._envelope import EventEnvelope
-from rackplane.models._ids import Actor, CommandId, CommandType, JobId, NodeId, RackId
+from rackplane.models._ids import Actor, CommandId, CommandType, JobId, NodeId, PodRef, RackId
 from rackplane.models._text import Note
 from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.settings import PolicySettings
@@ -76,6 +76,8 @@ class JobStarted(EventEnvelope):
 
     type: Literal["JobStarted"] = "JobStarted"
     job: JobId
+    pods: tuple[PodRef, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    """The pods its runtime started, when the runtime names them (`StartJob.pods`)."""
 
 
 class JobCompleted(EventEnvelope):

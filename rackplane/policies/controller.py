@@ -182,8 +182,8 @@ def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
             _submit_job(s, c, out)
         case CancelJob(job=job, reason=reason):
             _end_job(s, job, JobStatus.CANCELLED, out, JobCancelled, reason=reason)
-        case StartJob(job=job):
-            _start_job(s, job, out)
+        case StartJob(job=job, pods=pods):
+            _start_job(s, job, pods, out)
         case CompleteJob(job=job):
             _end_job(s, job, JobStatus.COMPLETED, out, JobCompleted)
         case FailJob(job=job, reason=reason):
@@ -287,13 +287,13 @@ def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
     out.emit(JobSubmitted, job=spec)
 
 
-def _start_job(s: ClusterState, job_id: JobId, out: Emitter) -> None:
+def _start_job(s: ClusterState, job_id: JobId, pods: tuple[str, ...], out: Emitter) -> None:
     job = chk.job_state(s, job_id)
     if job.status is JobStatus.RUNNING:
         chk.ignore(f"job {job_id} is already running")
     if job.status is not JobStatus.PLACED:
         chk.reject("invalid_state", f"job {job_id} is {job.status.value}; only a placed job starts")
-    out.emit(JobStarted, job=job_id)
+    out.emit(JobStarted, job=job_id, pods=pods)
 
 
 def _end_job(
