@@ -125,6 +125,34 @@ def parse_k8s_nodes(
             on GPUs or pod; a repeated node name; no usable GPU node at all.
     """
     data, lines = load_document(text, source)
+    return _parse(data, lines, source, cluster, pod_label, superpod_label)
+
+
+def k8s_topology(
+    nodes: list[dict[str, Any]],
+    *,
+    cluster: str,
+    pod_label: str = POD_LABEL,
+    superpod_label: str = SUPERPOD_LABEL,
+    source: str = "the API server's nodes",
+) -> K8sImport:
+    """The topology of nodes as the API server gives them (each the JSON of a `Node`): what
+    `parse_k8s_nodes` reads from a file, for the Kubernetes adapter.
+
+    Raises:
+        TopologyFileError: as `parse_k8s_nodes` (errors name `items[i]`, not a line).
+    """
+    return _parse({"items": nodes}, LineMap(), source, cluster, pod_label, superpod_label)
+
+
+def _parse(
+    data: object,
+    lines: LineMap,
+    source: str,
+    cluster: str | None,
+    pod_label: str,
+    superpod_label: str,
+) -> K8sImport:
     if not isinstance(data, dict):
         raise TopologyFileError(
             source,
