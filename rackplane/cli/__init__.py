@@ -5,7 +5,17 @@ from __future__ import annotations
 import typer
 
 from rackplane import __version__
-from rackplane.cli import _client, _exporter, _history, _replay, _sim, _streams, _tui, _up
+from rackplane.cli import (
+    _client,
+    _exporter,
+    _history,
+    _kube,
+    _replay,
+    _sim,
+    _streams,
+    _tui,
+    _up,
+)
 from rackplane.cli._config import config_app
 from rackplane.cli._demo import demo
 from rackplane.cli._keys import keys_app
@@ -30,6 +40,7 @@ _exporter.register(app)
 _tui.register(app)
 _replay.register(app)
 _history.register(app)
+_kube.register(app)
 
 
 @app.command()

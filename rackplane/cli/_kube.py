@@ -1,0 +1,113 @@
+"""`rackplane kube`: run the Kubernetes adapter for one cluster (see `rackplane.kube.adapter`).
+
+Broker, prefix, actor and key file come from the settings like every client command's
+(flags > RACKPLANE_* > config file). The actor defaults to `runtime:kube`; with a key file it
+is the key's. The adapter's key needs the roles `runtime` (jobs) and `operator` (node health,
+cordons); `admin` too for a `kubectl uncordon` or a new node to reach a cluster with keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rackplane.cli._client import Broker, Cluster, Prefix, _key, _settings
+from rackplane.cli._config import ConfigFile
+from rackplane.cli._render import checked, errors, fail
+from rackplane.models import ACTOR_RULE, ClusterId
+
+DEFAULT_ACTOR = "runtime:kube"
+
+Actor = Annotated[
+    str | None,
+    typer.Option(help=f"Who the adapter sends as (default {DEFAULT_ACTOR}; a key file's actor)."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add `rackplane kube` to the CLI."""
+    app.command(name="kube")(kube)
+
+
+def kube(
+    cluster: Cluster,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="kubeconfig file (default: in-cluster, else ~/.kube/config)."),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="Watch only this namespace's pods (default: all).")
+    ] = None,
+    node_selector: Annotated[
+        str | None,
+        typer.Option(help="Label selector of the cluster's nodes (default: every node)."),
+    ] = None,
+    pod_label: Annotated[
+        str, typer.Option(help="Node label naming the IB pod (Topograph).")
+    ] = "network.topology.nvidia.com/leaf",
+    superpod_label: Annotated[
+        str, typer.Option(help="Node label naming the superpod (Topograph).")
+    ] = "network.topology.nvidia.com/spine",
+    config_file: ConfigFile = None,
+    broker: Broker = None,
+    prefix: Prefix = None,
+    actor: Actor = None,
+    log_level: Annotated[
+        str, typer.Option(help="Log level: warning (default), info (every action), debug.")
+    ] = "warning",
+) -> None:
+    """Schedule the cluster's Kubernetes GPU gangs: bind, evict and report, until stopped."""
+    from rackplane.kube._api import ApiError, KubeApi
+    from rackplane.kube.adapter import KubeAdapter
+
+    checked(ClusterId, cluster, "--cluster")
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        fail(f"--log-level: expected debug, info, warning or error, not {log_level!r}")
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True
+    )
+    if kubeconfig is not None and not kubeconfig.is_file():
+        fail(f"--kubeconfig: no file {kubeconfig}")
+    s = _settings(config_file, broker, prefix, actor)
+    key = _key(s)
+    who = key.actor if key is not None else (s.actor or DEFAULT_ACTOR)
+    culprit = ACTOR_RULE.culprit(who)
+    if culprit is not None:
+        fail(f"--actor: {who!r} {culprit}")
+    config = s.stream_config()
+
+    async def go() -> None:
+        try:
+            api = await KubeApi.connect(kubeconfig)
+        except Exception as err:  # the loader raises its own ConfigException and plain errors
+            raise ApiError(0, f"cannot read the Kubernetes configuration: {err}") from None
+        try:
+            adapter = KubeAdapter(
+                config,
+                api,
+                cluster,
+                actor=who,
+                key=key,
+                namespace=namespace,
+                node_selector=node_selector,
+                pod_label=pod_label,
+                superpod_label=superpod_label,
+            )
+            errors.print(f"kube: scheduling cluster {cluster} as {who}", highlight=False)
+            await adapter.run()
+        finally:
+            await api.close()
+
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except ApiError as err:
+        fail(str(err))
+    except RuntimeError as err:
+        fail(str(err))

@@ -1,0 +1,250 @@
+"""The few calls of the Kubernetes API the adapter makes, over `kubernetes_asyncio`.
+
+Every call asks for the raw response (`_preload_content=False`) and returns (status, JSON):
+the generated models are skipped (a binding answers with a `Status` the models mistake), and
+the adapter keeps objects as the API's JSON anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, config
+
+from rackplane.kube.objects import GATE, JOB_LABEL
+
+Json = dict[str, Any]
+
+_WATCH_TIMEOUT_S = 300
+"""A watch the server ends after this long is opened again from its last resourceVersion."""
+
+
+class ApiError(RuntimeError):
+    """A call the API server refused, or one that never reached it."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+
+
+class KubeApi:
+    """An API server reached through a kubeconfig file, or in-cluster."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._client = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: Path | None) -> KubeApi:
+        """From `kubeconfig`; None: in-cluster (the pod's service account), else ~/.kube/config."""
+        configuration = client.Configuration()
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            await config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig else None,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> Any:
+        """The raw aiohttp response (the caller reads and releases it)."""
+        try:
+            return await self._client.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except client.ApiException as err:  # raised before any response (a bad request)
+            raise ApiError(int(err.status or 0), str(err.reason)) from None
+        except (OSError, TimeoutError) as err:
+            raise ApiError(0, f"cannot reach the API server: {err}") from None
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Json:
+        response = await self._request(method, path, **kwargs)
+        try:
+            text = await _text(response)
+            if not 200 <= response.status <= 299:
+                raise ApiError(response.status, _message(text))
+            data = json.loads(text) if text else {}
+            return data if isinstance(data, dict) else {}
+        finally:
+            response.release()
+
+    async def list_nodes(self, selector: str | None = None) -> Json:
+        query = [("labelSelector", selector)] if selector else []
+        return await self._json("GET", "/api/v1/nodes", query=query, timeout=120.0)
+
+    async def list_pods(self, namespace: str | None) -> Json:
+        return await self._json(
+            "GET", _pods_path(namespace), query=[("labelSelector", JOB_LABEL)], timeout=120.0
+        )
+
+    async def watch(
+        self, kind: str, namespace: str | None, version: str, selector: str | None = None
+    ) -> AsyncIterator[Json]:
+        """The watch events ({type, object}) of `kind` ("nodes" or "pods") after `version`
+        (nodes: those `selector` picks, if given).
+
+        Raises:
+            ApiError: the watch could not start, or the server ended it with an error (410:
+                the version is too old; list again).
+        """
+        path = "/api/v1/nodes" if kind == "nodes" else _pods_path(namespace)
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", _WATCH_TIMEOUT_S),
+        ]
+        if kind == "pods":
+            query.append(("labelSelector", JOB_LABEL))
+        elif selector:
+            query.append(("labelSelector", selector))
+        response = await self._request("GET", path, query=query, timeout=_WATCH_TIMEOUT_S + 30)
+        try:
+            if response.status != 200:
+                raise ApiError(response.status, _message(await _text(response)))
+            buffer = b""
+            async for chunk in response.content.iter_any():  # a line can outgrow readline's limit
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        obj = event.get("object") or {}
+                        raise ApiError(int(obj.get("code") or 0), str(obj.get("message", obj)))
+                    yield event
+        finally:
+            response.release()
+
+    async def bind(
+        self, namespace: str, name: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "annotations": dict(annotations)},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self._json("POST", f"{_pods_path(namespace)}/{name}/binding", body=body)
+
+    async def evict(self, namespace: str, name: str) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        await self._json("POST", f"{_pods_path(namespace)}/{name}/eviction", body=body)
+
+    async def create_pod(self, pod: Json) -> Json:
+        return await self._json("POST", _pods_path(pod["metadata"]["namespace"]), body=pod)
+
+    async def annotate(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Json:
+        return await self._json(
+            "PATCH",
+            f"{_pods_path(namespace)}/{name}",
+            body={"metadata": {"annotations": dict(annotations)}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def ungate(self, pod: Json, node: str, annotations: Mapping[str, str]) -> Json:
+        """Pin a gated pod to `node` and lift the gate (one JSON patch, tested on the pod's
+        resourceVersion so a pod changed meanwhile is not patched blind)."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        ops: list[Json] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
+        ]
+        ops += pin_ops(spec, node)
+        if not meta.get("annotations"):
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        for key, value in annotations.items():
+            path = f"/metadata/annotations/{_pointer(key)}"
+            ops.append({"op": "add", "path": path, "value": value})
+        gates = [g for g in spec.get("schedulingGates") or () if g.get("name") != GATE]
+        ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": gates})
+        return await self._json(
+            "PATCH",
+            f"{_pods_path(meta['namespace'])}/{meta['name']}",
+            body=ops,
+            content_type="application/json-patch+json",
+        )
+
+
+def _pods_path(namespace: str | None) -> str:
+    return "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+
+
+def pin_ops(spec: Mapping[str, Any], node: str) -> list[Json]:
+    """JSON patch operations that add "on node `node`" to a pod's required node affinity
+    (a gated pod's affinity may only grow: each existing term gains the requirement)."""
+    requirement: Json = {"key": "metadata.name", "operator": "In", "values": [node]}
+    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    one_term: Json = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
+    affinity = spec.get("affinity")
+    if not affinity:
+        value: Json = {"nodeAffinity": {required_key: one_term}}
+        return [{"op": "add", "path": "/spec/affinity", "value": value}]
+    node_affinity = affinity.get("nodeAffinity")
+    if not node_affinity:
+        value = {required_key: one_term}
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": value}]
+    existing = (node_affinity.get(required_key) or {}).get("nodeSelectorTerms") or []
+    path = f"/spec/affinity/nodeAffinity/{required_key}"
+    if not existing:
+        return [{"op": "add", "path": path, "value": one_term}]
+    ops: list[Json] = []
+    for i, term in enumerate(existing):
+        if term.get("matchFields"):
+            ops.append({"op": "add", "path": f"{path}/nodeSelectorTerms/{i}/matchFields/-",
+                        "value": requirement})  # fmt: skip
+        else:
+            ops.append({"op": "add", "path": f"{path}/nodeSelectorTerms/{i}/matchFields",
+                        "value": [requirement]})  # fmt: skip
+    return ops
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+async def _text(response: Any) -> str:
+    body: bytes = await response.read()
+    return body.decode("utf-8", "replace")
+
+
+def _message(text: str) -> str:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:500]
+    return (
+        str(data.get("message") or data.get("reason") or text)[:500]
+        if isinstance(data, dict)
+        else text
+    )

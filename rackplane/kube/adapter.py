@@ -1,0 +1,465 @@
+"""`rackplane kube`: the adapter between rackplane and a Kubernetes API server. Holds no rules.
+
+Theory of operation: three loops feed two pictures and one loop acts on them.
+    - Two reflectors list the API server's nodes and the pods with a `rackplane.io/job` label,
+      then watch them from that list's resourceVersion (listing again when the watch is too
+      old: 410), keeping each object as the API's JSON.
+    - A follower reads the cluster's events from the start of the log and folds them into
+      the cluster state (what rackplane decided).
+    - Once both lists are in and the follower has reached the end the log had when it started,
+      the reconciler runs `plan` whenever something changed (and every second): it sends the
+      plan's commands (one per subject in flight; again after `resend_after` if still
+      planned) and performs its actions, each pod's in order, never two at once for a pod.
+
+What it did itself and has not seen come back yet is remembered so the next plan does not
+ask for it again: a pod it bound counts as bound, one it evicted as leaving, one it made as
+there. After a crash nothing of that is needed: the API server shows what was done and the
+plan's command ids are deduplicated by the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiokafka import TopicPartition
+from pydantic import ValidationError
+
+from rackplane.importers.errors import TopologyFileError
+from rackplane.importers.k8s import POD_LABEL, SUPERPOD_LABEL, k8s_topology
+from rackplane.keyfiles import KeyFile
+from rackplane.kube._api import ApiError, Json, KubeApi
+from rackplane.kube.objects import PodKey, PodView, node_view, pod_view, replacement
+from rackplane.kube.plan import (
+    CORDON_REASON,
+    Action,
+    Annotate,
+    Bind,
+    Evict,
+    Order,
+    Recreate,
+    Ungate,
+    View,
+    plan,
+)
+from rackplane.models import ClusterId, Event, NodeCordoned, NodeUncordoned, Topology
+from rackplane.projections import ClusterState, EventGap, evolve, initial_state
+from rackplane.streams.client import Client
+from rackplane.streams.codec import decode_event
+from rackplane.streams.config import StreamConfig
+from rackplane.streams.eventlog import is_marker
+
+log = logging.getLogger("rackplane.kube")
+
+_RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class KubeAdapter:
+    """One cluster's adapter. `run()` until cancelled."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        api: KubeApi,
+        cluster: ClusterId,
+        *,
+        actor: str,
+        key: KeyFile | None = None,
+        namespace: str | None = None,
+        node_selector: str | None = None,
+        pod_label: str = POD_LABEL,
+        superpod_label: str = SUPERPOD_LABEL,
+        settle: float = 0.02,
+        resend_after: float = 30.0,
+        concurrency: int = 32,
+    ) -> None:
+        self.config, self.api, self.cluster = config, api, cluster
+        self.actor, self.key, self.namespace = actor, key, namespace
+        self.node_selector = node_selector
+        self.labels = (pod_label, superpod_label)
+        self.settle, self.resend_after = settle, resend_after
+        self._slots = asyncio.Semaphore(concurrency)
+
+        self.state: ClusterState = initial_state(cluster)
+        self.kube_cordoned: set[str] = set()
+        self.nodes: dict[str, Json] = {}
+        self.pods: dict[PodKey, Json] = {}
+        self._node_views: dict[str, Any] = {}
+        self._pod_views: dict[PodKey, PodView] = {}
+        self._fabric: dict[str, tuple[object, ...]] = {}
+        self._topology: Topology | None = None
+        self._topology_stale = True
+        self._bound: dict[PodKey, tuple[str, Mapping[str, str]]] = {}
+        """Pods this adapter bound or pinned, until the API server shows them placed."""
+        self._leaving: set[PodKey] = set()
+        """Pods this adapter evicted, until the API server shows them deleting or gone."""
+        self._busy: set[PodKey] = set()
+        self._outbox: dict[tuple[str, str], float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self.listed = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
+        self.caught_up = asyncio.Event()
+        self.plans = 0
+        """Plans made (for tests and the benchmark: something to wait on)."""
+        self.done: dict[str, int] = defaultdict(int)
+        """Actions performed and commands sent, by kind."""
+
+    # -- the loops ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Reflect, follow and reconcile until cancelled."""
+        async with Client(self.config) as client:
+            loops = [
+                asyncio.create_task(self._reflect("nodes"), name="kube-nodes"),
+                asyncio.create_task(self._reflect("pods"), name="kube-pods"),
+                asyncio.create_task(self._follow(client), name="kube-follow"),
+                asyncio.create_task(self._reconcile(client), name="kube-reconcile"),
+            ]
+            try:
+                done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+                for task in done:
+                    task.result()  # a loop only ends by raising
+            finally:
+                for task in [*loops, *self._tasks]:
+                    task.cancel()
+                await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
+
+    async def ready(self) -> None:
+        """Both lists are in and the log is read to where it ended at the start."""
+        await self.listed["nodes"].wait()
+        await self.listed["pods"].wait()
+        await self.caught_up.wait()
+
+    async def _reflect(self, kind: str) -> None:
+        failures = 0
+        while True:
+            try:
+                if kind == "nodes":
+                    listing = await self.api.list_nodes(self.node_selector)
+                else:
+                    listing = await self.api.list_pods(self.namespace)
+                self._replace(kind, listing.get("items") or [])
+                version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
+                self.listed[kind].set()
+                failures = 0
+                while True:  # a watch the server times out is opened again where it was
+                    watch = self.api.watch(kind, self.namespace, version, self.node_selector)
+                    async for event in watch:
+                        obj = event.get("object") or {}
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                        if event.get("type") != "BOOKMARK":
+                            self._apply(kind, str(event.get("type")), obj)
+            except ApiError as err:
+                if err.status == 410:
+                    log.info("kube: the %s watch is too old; listing again", kind)
+                    continue
+                delay = _RETRY_S[min(failures, len(_RETRY_S) - 1)]
+                failures += 1
+                log.warning("kube: %s list/watch failed (%s); again in %.1f s", kind, err, delay)
+                await asyncio.sleep(delay)
+
+    def _replace(self, kind: str, items: list[Json]) -> None:
+        if kind == "nodes":
+            self.nodes = {}
+            self._node_views = {}
+            for obj in items:
+                self._apply("nodes", "ADDED", obj)
+            self._topology_stale = True
+        else:
+            self.pods = {}
+            self._pod_views = {}
+            for obj in items:
+                self._apply("pods", "ADDED", obj)
+        self._wake.set()
+
+    def _apply(self, kind: str, change: str, obj: Json) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "nodes":
+            name = str(meta.get("name", ""))
+            if change == "DELETED":
+                self.nodes.pop(name, None)
+                self._node_views.pop(name, None)
+                self._fabric.pop(name, None)
+                self._topology_stale = True
+            else:
+                self.nodes[name] = obj
+                self._node_views[name] = node_view(obj)
+                fabric = _fabric_of(obj, self.labels)
+                if self._fabric.get(name) != fabric:
+                    self._fabric[name] = fabric
+                    self._topology_stale = True
+        else:
+            key = PodKey(str(meta.get("namespace") or "default"), str(meta.get("name", "")))
+            if change == "DELETED":
+                self.pods.pop(key, None)
+                self._pod_views.pop(key, None)
+                self._bound.pop(key, None)
+                self._leaving.discard(key)
+            else:
+                if _older(obj, self.pods.get(key)):
+                    return  # a response overtaken by the watch: keep the newer
+                self.pods[key] = obj
+                view = pod_view(obj)
+                if view is None:  # its job label was taken off
+                    self.pods.pop(key, None)
+                    self._pod_views.pop(key, None)
+                else:
+                    self._pod_views[key] = view
+                    if view.bound:
+                        self._bound.pop(key, None)
+                    if view.deleting:
+                        self._leaving.discard(key)
+        self._wake.set()
+
+    async def _follow(self, client: Client) -> None:
+        consumer = client.reader("events")
+        await consumer.start()
+        try:
+            topic = self.config.topic("events")
+            parts = consumer.partitions_for_topic(topic) or set()
+            ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+            waiting = {tp: end for tp, end in ends.items() if end > 0}
+            if not waiting:
+                self.caught_up.set()
+            key = self.cluster.encode()
+            while True:
+                batch = await consumer.getmany(timeout_ms=500)
+                for tp, records in batch.items():
+                    for record in records:
+                        if record.key == key and record.value and not is_marker(record.headers):
+                            self._fold(client, record)
+                    if tp in waiting and records and records[-1].offset + 1 >= waiting[tp]:
+                        del waiting[tp]
+                if not self.caught_up.is_set():
+                    for tp in list(waiting):
+                        if await consumer.position(tp) >= waiting[tp]:
+                            del waiting[tp]
+                    if not waiting:
+                        log.info("kube: the log is read (seq %d)", self.state.seq)
+                        self.caught_up.set()
+                if batch:
+                    self._wake.set()
+        finally:
+            await consumer.stop()
+
+    def _fold(self, client: Client, record: Any) -> None:
+        try:
+            event = decode_event(record.value)
+        except (ValidationError, ValueError):
+            return
+        if event.cluster != self.cluster or not client.trusted(record, event):
+            return
+        try:
+            self.state = evolve(self.state, event)
+        except EventGap as err:
+            raise RuntimeError(f"the log of {self.cluster} has a gap: {err}") from err
+        _tally_cordon(self.kube_cordoned, event)
+
+    async def _reconcile(self, client: Client) -> None:
+        await self.ready()
+        log.info("kube: reconciling cluster %s", self.cluster)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+            self._wake.clear()
+            if self.settle:
+                await asyncio.sleep(self.settle)  # let a burst of watch events land first
+            p = plan(self.state, self.view(), actor=self.actor)
+            self.plans += 1
+            self._act(p.actions)
+            await self._send(client, p.orders)
+
+    # -- the pictures ---------------------------------------------------------------------------
+
+    def view(self) -> View:
+        """The API server's side as `plan` reads it, with what this adapter did not yet seen."""
+        if self._topology_stale:
+            self._topology = self._read_topology()
+            self._topology_stale = False
+        pods = list(self._pod_views.values())
+        if self._bound or self._leaving:
+            pods = [self._as_done(p) for p in pods]
+        return View(
+            nodes=self._node_views,
+            pods=pods,
+            topology=self._topology,
+            kube_cordoned=frozenset(self.kube_cordoned),
+        )
+
+    def _as_done(self, p: PodView) -> PodView:
+        done = self._bound.get(p.key)
+        if done is not None and not p.node:
+            node, annotations = done
+            p = p._replace(node=node, bound=True, annotations={**p.annotations, **annotations})
+        if p.key in self._leaving:
+            p = p._replace(deleting=True)
+        return p
+
+    def _read_topology(self) -> Topology | None:
+        try:
+            found = k8s_topology(
+                list(self.nodes.values()),
+                cluster=self.cluster,
+                pod_label=self.labels[0],
+                superpod_label=self.labels[1],
+            )
+        except TopologyFileError as err:
+            if self.nodes:
+                log.warning("kube: the nodes make no topology: %s", err)
+            return None
+        for name, why in found.skipped:
+            log.info("kube: node %s left out: %s", name, why)
+        return found.topology
+
+    # -- acting ---------------------------------------------------------------------------------
+
+    async def _send(self, client: Client, orders: tuple[Order, ...]) -> None:
+        now = asyncio.get_running_loop().time()
+        wanted: set[tuple[str, str]] = set()
+        slot: tuple[str, str]
+        acks = []
+        for order in orders:
+            slot = (order.subject, order.command.type)
+            wanted.add(slot)
+            sent = self._outbox.get(slot)
+            if sent is not None and now - sent < self.resend_after:
+                continue
+            command = self.key.sign(order.command) if self.key else order.command
+            acks.append(await client.send(command, wait=False))
+            self._outbox[slot] = now
+            self.done[command.type] += 1
+            log.info("kube: sent %s %s", command.type, command.id)
+        for slot in [s for s in self._outbox if s not in wanted]:
+            del self._outbox[slot]
+        if acks:
+            await asyncio.gather(*acks)
+
+    def _act(self, actions: tuple[Action, ...]) -> None:
+        by_pod: dict[PodKey, list[Action]] = defaultdict(list)
+        for action in actions:
+            if isinstance(action, Recreate):
+                key = PodKey(action.template.namespace, action.name)
+            else:
+                key = action.pod
+            by_pod[key].append(action)
+        for key, todo in by_pod.items():
+            if key in self._busy:
+                continue
+            self._busy.add(key)
+            task = asyncio.create_task(self._perform(key, todo))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _perform(self, key: PodKey, todo: list[Action]) -> None:
+        try:
+            async with self._slots:
+                for action in todo:
+                    if not await self._one(action):
+                        break
+        finally:
+            self._busy.discard(key)
+            self._wake.set()
+
+    async def _one(self, action: Action) -> bool:
+        """Do one action; False when the pod's next actions must wait for another plan."""
+        kind = type(action).__name__.lower()
+        try:
+            await _DO[type(action)](self, action)
+        except ApiError as err:
+            if err.status == 409 and isinstance(action, Bind | Recreate):
+                return True  # already bound / already made: the watch will show it
+            if err.status == 404 and isinstance(action, Evict):
+                return True
+            log.warning("kube: %s failed: %s (%s)", kind, _describe(action), err)
+            return False
+        self.done[kind] += 1
+        log.info("kube: %s", _describe(action))
+        return True
+
+    async def _bind(self, a: Bind) -> None:
+        await self.api.bind(a.pod.namespace, a.pod.name, a.node, a.annotations)
+        self._bound[a.pod] = (a.node, a.annotations)
+
+    async def _ungate(self, a: Ungate) -> None:
+        raw = self.pods.get(a.pod)
+        if raw is None:
+            raise ApiError(404, f"pod {a.pod} is not known")
+        before = json.dumps((raw.get("spec") or {}).get("affinity"))
+        annotations = {**a.annotations, "rackplane.io/affinity-before": before}
+        updated = await self.api.ungate(raw, a.node, annotations)
+        self._apply("pods", "MODIFIED", updated)
+
+    async def _evict(self, a: Evict) -> None:
+        await self.api.evict(a.pod.namespace, a.pod.name)
+        self._leaving.add(a.pod)
+
+    async def _recreate(self, a: Recreate) -> None:
+        raw = self.pods.get(a.template)
+        if raw is None:
+            raise ApiError(404, f"template pod {a.template} is gone")
+        created = await self.api.create_pod(replacement(raw, a.name, a.generation))
+        self._apply("pods", "ADDED", created)
+
+    async def _annotate(self, a: Annotate) -> None:
+        updated = await self.api.annotate(a.pod.namespace, a.pod.name, a.annotations)
+        self._apply("pods", "MODIFIED", updated)
+
+
+_DO: Mapping[type, Callable[[KubeAdapter, Any], Awaitable[None]]] = {
+    Bind: KubeAdapter._bind,
+    Ungate: KubeAdapter._ungate,
+    Evict: KubeAdapter._evict,
+    Recreate: KubeAdapter._recreate,
+    Annotate: KubeAdapter._annotate,
+}
+
+
+def _describe(a: Action) -> str:
+    match a:
+        case Bind(pod=pod, node=node):
+            return f"bound pod {pod} to node {node}"
+        case Ungate(pod=pod, node=node):
+            return f"pinned pod {pod} to node {node} and lifted its gate"
+        case Evict(pod=pod, reason=reason):
+            return f"evicted pod {pod}: {reason}"
+        case Recreate(template=t, name=name):
+            return f"made pod {t.namespace}/{name} again from {t}"
+        case Annotate(pod=pod, annotations=annotations):
+            return f"annotated pod {pod}: {dict(annotations)}"
+
+
+def _fabric_of(obj: Json, labels: tuple[str, str]) -> tuple[object, ...]:
+    """What of a node the topology reads (its labels of interest and GPU capacity)."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    node_labels = meta.get("labels") or {}
+    return (
+        node_labels.get("nvidia.com/gpu.clique"),
+        node_labels.get(labels[0]),
+        node_labels.get(labels[1]),
+        (status.get("capacity") or {}).get("nvidia.com/gpu"),
+    )
+
+
+def _older(obj: Json, cached: Json | None) -> bool:
+    """True when `obj` is an older version of `cached` (resourceVersions compared as the
+    numbers the API server gives; anything else is taken as newer)."""
+    if cached is None:
+        return False
+    new = (obj.get("metadata") or {}).get("resourceVersion", "")
+    old = (cached.get("metadata") or {}).get("resourceVersion", "")
+    return bool(str(new).isdigit() and str(old).isdigit() and int(new) < int(old))
+
+
+def _tally_cordon(kube_cordoned: set[str], event: Event) -> None:
+    if isinstance(event, NodeCordoned):
+        if event.reason == CORDON_REASON:
+            kube_cordoned.add(event.node)
+        else:
+            kube_cordoned.discard(event.node)
+    elif isinstance(event, NodeUncordoned):
+        kube_cordoned.discard(event.node)

@@ -1,0 +1,221 @@
+"""Kubernetes nodes and pods as the adapter sees them: small immutable views of the API's JSON.
+
+Theory of operation: the adapter keeps the API server's nodes and pods (from list + watch) as
+plain JSON dicts, and `node_view` / `pod_view` reduce each to what the rules in `plan` read.
+Nothing here does I/O; the views are built again whenever an object changes.
+
+Names rackplane reads and writes (all under `rackplane.io/`):
+    - label `rackplane.io/job`: the gang a pod belongs to (one job per namespace and value).
+    - labels or annotations `rackplane.io/nodes`, `kind`, `priority`, `slice-size`,
+      `min-nodes-per-slice`, `checkpoint-interval`, `owner`, `name`: the job's spec (`gangs`).
+    - scheduling gate `rackplane.io/placement`: the gate mode (kube-scheduler binds).
+    - annotations written on placement: `rackplane.io/node`, `rackplane.io/slice`,
+      `rackplane.io/slice-nodes`, `rackplane.io/slices` (and, in the gate mode,
+      `rackplane.io/affinity-before`); on a recreated bare pod
+      `rackplane.io/base-name` and `rackplane.io/generation`; on a gang rackplane cannot take,
+      `rackplane.io/problem`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+GROUP = "rackplane.io"
+JOB_LABEL = f"{GROUP}/job"
+GATE = f"{GROUP}/placement"
+SCHEDULER_NAME = "rackplane"
+
+NODE_ANNOTATION = f"{GROUP}/node"
+SLICE_ANNOTATION = f"{GROUP}/slice"
+SLICE_NODES_ANNOTATION = f"{GROUP}/slice-nodes"
+SLICES_ANNOTATION = f"{GROUP}/slices"
+BASE_NAME_ANNOTATION = f"{GROUP}/base-name"
+GENERATION_ANNOTATION = f"{GROUP}/generation"
+PROBLEM_ANNOTATION = f"{GROUP}/problem"
+AFFINITY_ANNOTATION = f"{GROUP}/affinity-before"
+"""Gate mode: the pod's `spec.affinity` before rackplane pinned it (JSON; "null": none)."""
+
+CONTROLLER_ANNOTATIONS = (
+    NODE_ANNOTATION,
+    SLICE_ANNOTATION,
+    SLICE_NODES_ANNOTATION,
+    SLICES_ANNOTATION,
+    BASE_NAME_ANNOTATION,
+    GENERATION_ANNOTATION,
+    PROBLEM_ANNOTATION,
+    AFFINITY_ANNOTATION,
+)
+"""The annotations only rackplane writes; a recreated pod does not inherit the placement ones."""
+
+STANDARD_CONDITIONS = frozenset(
+    {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"}
+)
+GPU_CONDITION_MARKS = ("gpu", "nvidia", "nvlink", "xid")
+"""A node condition other than the standard ones whose type contains one of these (any case)
+and whose status is "True" reports a GPU problem (the GPU operator's and NVSentinel's
+health checks set such conditions)."""
+
+
+class PodKey(NamedTuple):
+    """A pod's namespace and name."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class NodeView(NamedTuple):
+    """What the rules read of a node."""
+
+    name: str
+    unschedulable: bool
+    problems: tuple[str, ...]
+    """Why the node cannot run work, in words (empty: it can)."""
+    episode: str
+    """Names this spell of problems (or of health): changes when a condition or taint does."""
+
+
+class PodView(NamedTuple):
+    """What the rules read of a pod."""
+
+    key: PodKey
+    job: str
+    """The `rackplane.io/job` label's value."""
+    node: str
+    """`spec.nodeName`, or where rackplane sent it in the gate mode; "" when unplaced."""
+    bound: bool
+    """`spec.nodeName` is set."""
+    phase: str
+    deleting: bool
+    gated: bool
+    """Held by the `rackplane.io/placement` gate."""
+    ours: bool
+    """`schedulerName: rackplane` or the gate: rackplane places it."""
+    bare: bool
+    """No controller owns it: rackplane recreates it when it must go."""
+    reason: str
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    generation: int
+    base_name: str
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    """The view of a node (the API's JSON)."""
+    meta, spec, status = _part(obj, "metadata"), _part(obj, "spec"), _part(obj, "status")
+    problems: list[str] = []
+    marks: list[str] = []
+    ready = None
+    for cond in status.get("conditions") or ():
+        kind, value = str(cond.get("type", "")), str(cond.get("status", ""))
+        if kind == "Ready":
+            ready = value
+            marks.append(f"Ready={value}@{cond.get('lastTransitionTime', '')}")
+            if value != "True":
+                why = cond.get("reason") or cond.get("message") or ""
+                problems.append(f"Ready={value}" + (f" ({why})" if why else ""))
+        elif (
+            kind not in STANDARD_CONDITIONS
+            and value == "True"
+            and any(m in kind.lower() for m in GPU_CONDITION_MARKS)
+        ):
+            marks.append(f"{kind}@{cond.get('lastTransitionTime', '')}")
+            why = cond.get("message") or cond.get("reason") or ""
+            problems.append(f"{kind}" + (f" ({why})" if why else ""))
+    if ready is None:
+        problems.append("no Ready condition")
+    for taint in spec.get("taints") or ():
+        if taint.get("effect") == "NoExecute":
+            key = str(taint.get("key", ""))
+            marks.append(f"taint:{key}@{taint.get('timeAdded', '')}")
+            problems.append(f"NoExecute taint {key}")
+    digest = hashlib.sha256("\n".join(sorted(marks)).encode()).hexdigest()[:12]
+    return NodeView(
+        name=str(meta.get("name", "")),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        problems=tuple(problems),
+        episode=digest,
+    )
+
+
+def pod_view(obj: Mapping[str, Any]) -> PodView | None:
+    """The view of a pod of a gang (the API's JSON); None when it carries no `rackplane.io/job`."""
+    meta, spec, status = _part(obj, "metadata"), _part(obj, "spec"), _part(obj, "status")
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    job = labels.get(JOB_LABEL)
+    if not job:
+        return None
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    gates = {g.get("name") for g in spec.get("schedulingGates") or ()}
+    gated = GATE in gates
+    bound_to = str(spec.get("nodeName") or "")
+    gate_mode = gated or (not bound_to and spec.get("schedulerName") != SCHEDULER_NAME)
+    node = bound_to or (annotations.get(NODE_ANNOTATION, "") if gate_mode and not gated else "")
+    owners = meta.get("ownerReferences") or ()
+    try:
+        generation = int(annotations.get(GENERATION_ANNOTATION, "0"))
+    except ValueError:
+        generation = 0
+    name = str(meta.get("name", ""))
+    reason = " ".join(str(status.get(k) or "") for k in ("reason", "message")).strip()
+    return PodView(
+        key=PodKey(str(meta.get("namespace") or "default"), name),
+        job=job,
+        node=node,
+        bound=bool(bound_to),
+        phase=str(status.get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        gated=gated,
+        ours=gated or spec.get("schedulerName") == SCHEDULER_NAME,
+        bare=not any(o.get("controller") for o in owners),
+        reason=reason,
+        annotations=annotations,
+        labels=labels,
+        generation=generation,
+        base_name=annotations.get(BASE_NAME_ANNOTATION, name),
+    )
+
+
+def replacement(obj: Mapping[str, Any], name: str, generation: int) -> dict[str, Any]:
+    """A bare pod made again: its spec without the node, its labels and annotations without
+    rackplane's placement ones, a new name. What `Recreate` creates."""
+    meta, spec = _part(obj, "metadata"), copy.deepcopy(dict(_part(obj, "spec")))
+    spec.pop("nodeName", None)
+    before = (meta.get("annotations") or {}).get(AFFINITY_ANNOTATION)
+    if before is not None:  # the gate mode: pinned by rackplane; unpin and gate it again
+        affinity = json.loads(before)
+        if affinity is None:
+            spec.pop("affinity", None)
+        else:
+            spec["affinity"] = affinity
+        gates = [g for g in spec.get("schedulingGates") or () if g.get("name") != GATE]
+        spec["schedulingGates"] = [*gates, {"name": GATE}]
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k not in CONTROLLER_ANNOTATIONS
+    }
+    annotations[BASE_NAME_ANNOTATION] = str(
+        (meta.get("annotations") or {}).get(BASE_NAME_ANNOTATION, meta.get("name", ""))
+    )
+    annotations[GENERATION_ANNOTATION] = str(generation)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta.get("namespace") or "default",
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def _part(obj: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = obj.get(name)
+    return value if isinstance(value, Mapping) else {}
