@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A throwaway Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver and kwok (fake
-kubelets), built from the Go module proxy, for the Kubernetes adapter's tests (issue 17).
+"""A throwaway Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
+kwok (fake kubelets), built from the Go module proxy, for the Kubernetes adapter's tests
+(issue 17).
 
 Theory of operation
 -------------------
@@ -8,14 +9,16 @@ Theory of operation
    v0.0.0 and replaces them with `./staging/src/...`), so a small wrapper module of our own
    requires `k8s.io/kubernetes vK8S`, replaces each staging module with its published
    `v0.<minor>.<patch>` (the list read from kubernetes' own go.mod, fetched from the proxy),
-   copies its `godebug` lines, and blank-imports the apiserver's and etcd's library packages
-   so `go mod tidy` keeps them. `go build` then makes `kube-apiserver` and `etcd` (etcd's
-   server module is in the same graph); `go install sigs.k8s.io/kwok/cmd/kwok@vKWOK` makes
-   kwok. Everything (binaries, GOCACHE, GOMODCACHE) lives in one cache directory keyed by the
-   versions: `$RACKPLANE_CACHE/k8s-<k8s>-kwok-<kwok>`, else `~/.cache/rackplane/...`. A cold
-   build takes about 9 minutes on 2 quiet cores (17 on busy ones); a cached one is skipped
-   (a stamp file names the versions). kwok's "fast" stages (node-initialize, pod-ready,
-   pod-complete, pod-delete) are copied from its module, at that version.
+   copies its `godebug` lines, and blank-imports the apiserver's, the scheduler's and etcd's
+   library packages so `go mod tidy` keeps them. `go build` then makes `kube-apiserver`,
+   `kube-scheduler` and `etcd` (etcd's server module is in the same graph); `go install
+   sigs.k8s.io/kwok/cmd/kwok@vKWOK` makes kwok. Everything (binaries, GOCACHE, GOMODCACHE)
+   lives in one cache directory keyed by the versions: `$RACKPLANE_CACHE/k8s-<k8s>-kwok-<kwok>`,
+   else `~/.cache/rackplane/...`. A cold build takes about 9 minutes on 2 quiet cores (17 on
+   busy ones); a cached one is skipped (a stamp file names the versions), and a cache that
+   lacks a binary (kube-scheduler came later) builds only that one. kwok's "fast" stages
+   (node-initialize, pod-ready, pod-complete, pod-delete) are copied from its module, at that
+   version.
 2. Configure. A fresh temporary directory: a CA and a serving certificate for 127.0.0.1
    (openssl), a service-account key pair, a static token file whose one user is in
    `system:masters`, a kubeconfig, and kwok's configuration (the stages, with the parallelism
@@ -23,13 +26,15 @@ Theory of operation
 3. Start, each in its own process group, output in `<name>.log`: etcd on two loopback ports
    (`--unsafe-no-fsync`); kube-apiserver on a loopback port (RBAC; without the admission
    plugins that need kube-controller-manager: ServiceAccount, TaintNodesByCondition;
-   `--endpoint-reconciler-type none`); kwok, managing only nodes annotated
-   `kwok.x-k8s.io/node: fake`, without node leases (a lease per node costs most of a core at
-   2,304 nodes).
-4. Ready: etcd's /health, kube-apiserver's /readyz (with the token), kwok's /healthz.
-5. Stop: SIGTERM to each process group (kwok, kube-apiserver, etcd), SIGKILL after a
-   timeout; only what this script started, by PID; the directory is removed (kept, and
-   named, when something failed).
+   `--endpoint-reconciler-type none`); kube-scheduler (the default scheduler, with the admin
+   kubeconfig, `--leader-elect=false`, serving on a loopback port with the apiserver's
+   certificate); kwok, managing only nodes annotated `kwok.x-k8s.io/node: fake`, without
+   node leases (a lease per node costs most of a core at 2,304 nodes).
+4. Ready: etcd's /health, kube-apiserver's /readyz (with the token), kube-scheduler's and
+   kwok's /healthz.
+5. Stop: SIGTERM to each process group (kwok, kube-scheduler, kube-apiserver, etcd), SIGKILL
+   after a timeout; only what this script started, by PID; the directory is removed (kept,
+   and named, when something failed).
 
 CLI::
 
@@ -69,7 +74,7 @@ KWOK_VERSION = "0.8.0"
 HOST = "127.0.0.1"
 ENV_VAR = "RACKPLANE_TEST_KUBECONFIG"
 EXIT_FAILED = 3
-BINARIES = ("etcd", "kube-apiserver", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
 STAGES = (
     "node/fast/node-initialize.yaml",
     "pod/fast/pod-ready.yaml",
@@ -188,14 +193,23 @@ def wrapper_go_mod(staging: list[str], godebug: list[str], go_directive: str) ->
 
 TOOLS_GO = """//go:build tools
 
-// Package tools keeps the apiserver's and etcd's packages in the module graph.
+// Package tools keeps the apiserver's, the scheduler's and etcd's packages in the module graph.
 package tools
 
 import (
 \t_ "go.etcd.io/etcd/server/v3/etcdmain"
 \t_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+\t_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 """
+
+_K8S_VERSION_LDFLAGS = f"-s -w -X k8s.io/component-base/version.gitVersion=v{K8S_VERSION}"
+GO_BUILDS = (
+    ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", _K8S_VERSION_LDFLAGS),
+    ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", _K8S_VERSION_LDFLAGS),
+    ("etcd", "go.etcd.io/etcd/server/v3", "-s -w"),
+)
+"""What `go build` makes in the wrapper module: (binary, package, ldflags)."""
 
 
 def stamp() -> str:
@@ -203,8 +217,10 @@ def stamp() -> str:
 
 
 def build(cache_dir: Path | None = None) -> Path:
-    """The directory holding `etcd`, `kube-apiserver`, `kwok` and `stages.yaml`, built if
-    they are not there yet.
+    """The directory holding `etcd`, `kube-apiserver`, `kube-scheduler`, `kwok` and
+    `stages.yaml`, built if they are not there yet. When the stamp names these versions, the
+    binaries already there are kept and only the missing ones are built (each written under a
+    temporary name, then renamed into place).
 
     Raises:
         PlaneError: Go is missing, or a step failed (its output's tail in the message).
@@ -212,51 +228,54 @@ def build(cache_dir: Path | None = None) -> Path:
     cache = (cache_dir or default_cache_dir()).expanduser().resolve()
     out = cache / "bin"
     done = out / "STAMP"
-    if done.exists() and done.read_text() == stamp() and all((out / b).exists() for b in BINARIES):
+    current = done.exists() and done.read_text() == stamp()
+    if current and all((out / b).exists() for b in (*BINARIES, "stages.yaml")):
         return out
+    missing = [b for b in BINARIES if not (current and (out / b).exists())]
     go = find_go()
     started = time.monotonic()
-    say(f"building Kubernetes {K8S_VERSION} (etcd, kube-apiserver) and kwok {KWOK_VERSION} "
-        f"into {cache}: ~9-17 min cold on 2 cores ...")  # fmt: skip
+    say(f"building {', '.join(missing) or 'stages.yaml'} (Kubernetes {K8S_VERSION}, "
+        f"kwok {KWOK_VERSION}) into {cache}: ~9-17 min cold on 2 cores ...")  # fmt: skip
     src = cache / "src"
     src.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    info = json.loads(
-        _go(go, ["mod", "download", "-json", f"k8s.io/kubernetes@v{K8S_VERSION}"], cache, src)
-    )
-    staging, godebug, directive = staging_replaces(Path(info["GoMod"]).read_text())
-    (src / "go.mod").write_text(wrapper_go_mod(staging, godebug, directive))
-    (src / "go.sum").unlink(missing_ok=True)
-    (src / "tools.go").write_text(TOOLS_GO)
-    _go(go, ["mod", "tidy"], cache, src)
-    version = f"-X k8s.io/component-base/version.gitVersion=v{K8S_VERSION}"
-    for name, package, ldflags in (
-        ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", f"-s -w {version}"),
-        ("etcd", "go.etcd.io/etcd/server/v3", "-s -w"),
-    ):
+    builds = [b for b in GO_BUILDS if b[0] in missing]
+    if builds:
+        info = json.loads(
+            _go(go, ["mod", "download", "-json", f"k8s.io/kubernetes@v{K8S_VERSION}"], cache, src)
+        )
+        staging, godebug, directive = staging_replaces(Path(info["GoMod"]).read_text())
+        (src / "go.mod").write_text(wrapper_go_mod(staging, godebug, directive))
+        (src / "go.sum").unlink(missing_ok=True)
+        (src / "tools.go").write_text(TOOLS_GO)
+        _go(go, ["mod", "tidy"], cache, src)
+    for name, package, ldflags in builds:
         say(f"go build {package}")
+        partial = out / f".{name}.partial"
         _go(
             go,
-            ["build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), package],
+            ["build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), package],
             cache,
             src,
         )
-    say(f"go install sigs.k8s.io/kwok/cmd/kwok@v{KWOK_VERSION}")
-    env_bin = cache / "gopath" / "bin"
-    _go(
-        go,
-        ["install", "-trimpath", "-ldflags", "-s -w", f"sigs.k8s.io/kwok/cmd/kwok@v{KWOK_VERSION}"],
-        cache,
-        cache,
-    )
-    shutil.copy2(env_bin / "kwok", out / "kwok")
-    kwok_module = Path(
-        json.loads(
-            _go(go, ["mod", "download", "-json", f"sigs.k8s.io/kwok@v{KWOK_VERSION}"], cache, cache)
-        )["Dir"]
-    )
-    docs = [(kwok_module / "kustomize" / "stage" / s).read_text().strip() for s in STAGES]
-    (out / "stages.yaml").write_text("\n---\n".join(docs) + "\n")
+        partial.replace(out / name)
+    if "kwok" in missing:
+        say(f"go install sigs.k8s.io/kwok/cmd/kwok@v{KWOK_VERSION}")
+        env_bin = cache / "gopath" / "bin"
+        _go(
+            go,
+            ["install", "-trimpath", "-ldflags", "-s -w",
+             f"sigs.k8s.io/kwok/cmd/kwok@v{KWOK_VERSION}"],
+            cache,
+            cache,
+        )  # fmt: skip
+        shutil.copy2(env_bin / "kwok", out / ".kwok.partial")
+        (out / ".kwok.partial").replace(out / "kwok")
+    if not current or not (out / "stages.yaml").exists():
+        download = ["mod", "download", "-json", f"sigs.k8s.io/kwok@v{KWOK_VERSION}"]
+        kwok_module = Path(json.loads(_go(go, download, cache, cache))["Dir"])
+        docs = [(kwok_module / "kustomize" / "stage" / s).read_text().strip() for s in STAGES]
+        (out / "stages.yaml").write_text("\n---\n".join(docs) + "\n")
     done.write_text(stamp())
     say(f"built in {time.monotonic() - started:.0f} s")
     return out
@@ -371,7 +390,8 @@ def kwok_config(stages: Path, server_port: int) -> str:
 
 
 class ControlPlane:
-    """etcd, kube-apiserver and kwok from `binaries`, in a fresh temporary directory."""
+    """etcd, kube-apiserver, kube-scheduler and kwok from `binaries`, in a fresh temporary
+    directory."""
 
     def __init__(
         self, binaries: Path, *, ready_timeout: float = 120.0, stop_timeout: float = 20.0
@@ -403,7 +423,9 @@ class ControlPlane:
         try:
             make_certs(d)
             (d / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
-            etcd_port, peer_port, api_port, kwok_port = (free_port() for _ in range(4))
+            etcd_port, peer_port, api_port, kwok_port, scheduler_port = (
+                free_port() for _ in range(5)
+            )
             etcd = f"http://{HOST}:{etcd_port}"
             self._launch("etcd", [
                 str(self.binaries / "etcd"), "--data-dir", str(d / "etcd"),
@@ -435,10 +457,24 @@ class ControlPlane:
             self.kubeconfig = d / "kubeconfig"
             self.kubeconfig.write_text(kubeconfig(self.server, d / "ca.crt", self.token))
             (d / "kwok.yaml").write_text(kwok_config(self.binaries / "stages.yaml", kwok_port))
+            # It serves with the apiserver's certificate (127.0.0.1, from our CA), so its
+            # /healthz is verified like the others'; anonymously (always allowed there): no
+            # delegated authentication, which would look for a client CA nobody publishes.
+            self._launch("kube-scheduler", [
+                str(self.binaries / "kube-scheduler"), "--kubeconfig", str(self.kubeconfig),
+                "--leader-elect=false", "--bind-address", HOST,
+                "--secure-port", str(scheduler_port),
+                "--tls-cert-file", str(d / "apiserver.crt"),
+                "--tls-private-key-file", str(d / "apiserver.key"),
+            ])  # fmt: skip
             self._launch("kwok", [
                 str(self.binaries / "kwok"), "--kubeconfig", str(self.kubeconfig),
                 "--config", str(d / "kwok.yaml"),
             ])  # fmt: skip
+            self._wait(
+                "kube-scheduler", f"https://{HOST}:{scheduler_port}/healthz",
+                lambda body: body.strip() == b"ok", token=False,
+            )  # fmt: skip
             self._wait(
                 "kwok", f"http://{HOST}:{kwok_port}/healthz", lambda body: body.strip() == b"ok"
             )
@@ -481,11 +517,12 @@ class ControlPlane:
             )  # fmt: skip
         self._processes.append((name, process))
 
-    def _wait(self, name: str, url: str, ok: object) -> None:
+    def _wait(self, name: str, url: str, ok: object, *, token: bool = True) -> None:
+        """Poll `url` (https: verified against our CA) until `ok(body)`; `token`: as admin."""
         assert self.work_dir is not None
         process = dict(self._processes)[name]
         context = ssl.create_default_context(cafile=str(self.work_dir / "ca.crt"))
-        headers = {"Authorization": f"Bearer {self.token}"}
+        headers = {"Authorization": f"Bearer {self.token}"} if token else {}
         deadline = time.monotonic() + self.ready_timeout
         while True:
             if process.poll() is not None:
@@ -528,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="control_plane.py",
         description=f"A throwaway Kubernetes {K8S_VERSION} control plane "
-        "(etcd, kube-apiserver, kwok).",
+        "(etcd, kube-apiserver, kube-scheduler, kwok).",
     )
     parser.add_argument("--cache-dir", type=Path, default=None, help="where the build lives")
     sub = parser.add_subparsers(dest="action", required=True)

@@ -8,84 +8,14 @@ Runs in `make test-k8s` (the plane started around pytest; `RACKPLANE_TEST_KUBECO
 
 from __future__ import annotations
 
-import json
-import os
-import ssl
 import time
-import urllib.error
-import urllib.request
 import uuid
-from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.k8s.conftest import Api, fake_node, ready
+
 pytestmark = pytest.mark.k8s
-
-
-class Api:
-    """Just enough of the Kubernetes REST API, from the plane's kubeconfig."""
-
-    def __init__(self, kubeconfig: str) -> None:
-        config = json.loads(Path(kubeconfig).read_text())
-        cluster = config["clusters"][0]["cluster"]
-        self.server = cluster["server"]
-        self.token = config["users"][0]["user"]["token"]
-        self.context = ssl.create_default_context(cafile=cluster["certificate-authority"])
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.server + path, data=data, method=method,
-            headers={"Authorization": f"Bearer {self.token}",
-                     "Content-Type": "application/json"},
-        )  # fmt: skip
-        try:
-            with urllib.request.urlopen(request, timeout=10, context=self.context) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"null")
-
-    def until(self, path: str, ok: Any, timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            status, got = self.call("GET", path)
-            if status == 200 and ok(got):
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{path} never got there; last: {status} {got}")
-            time.sleep(0.1)
-
-
-@pytest.fixture(scope="module")
-def api() -> Api:
-    kubeconfig = os.environ.get("RACKPLANE_TEST_KUBECONFIG")
-    if not kubeconfig:
-        pytest.fail("RACKPLANE_TEST_KUBECONFIG is not set: run through `make test-k8s`")
-    return Api(kubeconfig)
-
-
-def fake_node(name: str, clique: str) -> dict[str, Any]:
-    """A GB200 node as the GPU operator labels it, played by kwok."""
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok",
-                       "nvidia.com/gpu.clique": clique, "nvidia.com/gpu.count": "4",
-                       "nvidia.com/gpu.product": "NVIDIA-GB200"},
-        },
-        "status": {"allocatable": {"cpu": "144", "memory": "800Gi", "pods": "110",
-                                   "nvidia.com/gpu": "4"},
-                   "capacity": {"cpu": "144", "memory": "800Gi", "pods": "110",
-                                "nvidia.com/gpu": "4"}},
-    }  # fmt: skip
-
-
-def ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def test_fake_gb200_nodes_become_ready_and_a_bound_pod_runs(api: Api) -> None:
@@ -121,3 +51,56 @@ def test_fake_gb200_nodes_become_ready_and_a_bound_pod_runs(api: Api) -> None:
     assert running["spec"]["nodeName"] == names[2]
     status, got = api.call("POST", f"/api/v1/namespaces/default/pods/w-{tag}/binding", binding)
     assert status == 409, got  # bound once: a second binding is refused
+
+
+def test_kube_scheduler_binds_an_ungated_pod_to_the_node_its_affinity_names(api: Api) -> None:
+    """The default scheduler holds a gated pod, and once the gate is lifted (with node affinity
+    added in the same patch, as Kueue's TAS does) binds it to the named node: the smallest
+    one, which it would not pick by itself (it spreads by least allocated)."""
+    tag = uuid.uuid4().hex[:6]
+    names = [f"gs-{tag}-n{i:02d}" for i in range(3)]
+    wanted = names[1]
+    path = f"/api/v1/namespaces/default/pods/g-{tag}"
+    try:
+        for name in names:
+            node = fake_node(name, f"cluster-{tag}.1")
+            if name == wanted:
+                for resources in (node["status"]["allocatable"], node["status"]["capacity"]):
+                    resources["cpu"] = "8"
+            status, got = api.call("POST", "/api/v1/nodes", node)
+            assert status == 201, got
+        for name in names:
+            api.until(f"/api/v1/nodes/{name}", ready)
+        pod = {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"g-{tag}"},
+            "spec": {"schedulingGates": [{"name": "rackplane.io/placement"}],
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "trainer", "image": "trainer:1",
+                                     "resources": {"requests": {"cpu": "4"}}}]},
+        }  # fmt: skip
+        status, got = api.call("POST", "/api/v1/namespaces/default/pods", pod)
+        assert status == 201, got
+        assert got["spec"]["schedulerName"] == "default-scheduler"
+        time.sleep(1.0)
+        status, gated = api.call("GET", path)
+        assert status == 200, gated
+        assert not gated["spec"].get("nodeName"), gated["spec"]
+        assert any(
+            c["type"] == "PodScheduled" and c.get("reason") == "SchedulingGated"
+            for c in gated["status"].get("conditions", [])
+        ), gated["status"]  # seen, and held, by kube-scheduler
+        patch = [
+            {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                      "values": [wanted]}]}]}}}},
+            {"op": "replace", "path": "/spec/schedulingGates", "value": []},
+        ]  # fmt: skip
+        status, got = api.call("PATCH", path, patch, content_type="application/json-patch+json")
+        assert status == 200, got
+        running = api.until(path, lambda p: p.get("status", {}).get("phase") == "Running")
+        assert running["spec"]["nodeName"] == wanted
+    finally:
+        api.call("DELETE", path, {"gracePeriodSeconds": 0})
+        for name in names:
+            api.call("DELETE", f"/api/v1/nodes/{name}")
