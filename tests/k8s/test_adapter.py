@@ -1,0 +1,245 @@
+"""`rackplane kube` on a real kube-apiserver (kwok nodes), a real worker and the embedded broker.
+
+Each story has racks of fake GB200 nodes of its own (18 per rack, one NVLink clique each), a
+namespace, a cluster id and its own adapter process, which registers the racks it finds. The
+stories are the issue's: a 128-node gang lands rack-local in 16-node slices; a node turned
+NotReady under it is swapped for its rack's spare; a third failure in a rack migrates only that
+slice; Auto Defrag evicts a managed victim (never an interactive one) to free a rack for a
+blocked 16-node job; `kubectl cordon` reaches rackplane; the adapter killed mid-gang resumes
+without a double binding.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rackplane.models import (
+    CommandRejected,
+    DefragPlanned,
+    Event,
+    JobBlocked,
+    JobPreempted,
+    JobStarted,
+    JobStatus,
+    NodeCordoned,
+    NodeSwapped,
+    NodeUncordoned,
+    SliceMigrated,
+)
+from rackplane.projections import ClusterState
+from tests.k8s.conftest import Story
+
+pytestmark = pytest.mark.k8s
+
+Pods = list[dict[str, Any]]
+StoryFactory = Callable[..., Story]
+
+
+def bound(n: int) -> Callable[[Pods], bool]:
+    """`n` live pods, each bound and Running."""
+
+    def check(pods: Pods) -> bool:
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return len(live) == n and all(
+            p["spec"].get("nodeName") and p["status"].get("phase") == "Running" for p in live
+        )
+
+    return check
+
+
+def live(pods: Pods) -> Pods:
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def node_of(pods: Pods) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in live(pods)}
+
+
+def of_type(kind: type[Event]) -> Callable[[list[Event]], list[Any]]:
+    return lambda events: [e for e in events if isinstance(e, kind)]
+
+
+def status(s: ClusterState, job: str) -> JobStatus | None:
+    held = s.jobs.get(job)
+    return held.status if held is not None else s.finished.get(job)
+
+
+def no_node_twice(pods: Pods) -> None:
+    """No node holds two pods that have not finished."""
+    counts = Counter(
+        p["spec"]["nodeName"]
+        for p in live(pods)
+        if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")
+    )
+    assert max(counts.values(), default=0) == 1, counts.most_common(3)
+
+
+async def a_running_gang(story: Story, job: str, nodes: int, **meta: str) -> Pods:
+    story.gang(job, nodes, **{"rackplane.io/slice-size": "16", **meta})
+    return story.until_pods(job, bound(nodes), timeout=120)
+
+
+async def test_a_128_node_gang_lands_rack_local_in_16_node_slices(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=8)
+    pods = await a_running_gang(story, "train", 128)
+    no_node_twice(pods)
+    by_slice: dict[str, set[str]] = {}
+    for p in pods:
+        annotations = p["metadata"]["annotations"]
+        assert annotations["rackplane.io/node"] == p["spec"]["nodeName"]
+        assert annotations["rackplane.io/slices"] == ",".join(["16"] * 8)
+        by_slice.setdefault(annotations["rackplane.io/slice"], set()).add(
+            story.rack_of[p["spec"]["nodeName"]]
+        )
+    assert len(by_slice) == 8 and all(len(racks) == 1 for racks in by_slice.values())
+    events = await story.events(lambda es: bool(of_type(JobStarted)(es)))
+    (started,) = of_type(JobStarted)(events)
+    assert started.job == f"{story.namespace}/train" and len(started.pods) == 128
+    assert sorted(started.pods) == sorted(
+        f"{story.namespace}/{p['metadata']['name']}" for p in pods
+    )
+    state = await story.state(lambda s: status(s, started.job) is JobStatus.RUNNING)
+    assert sorted(n for s in state.jobs[started.job].slices for n in s.nodes) == sorted(
+        p["spec"]["nodeName"] for p in pods
+    )
+
+
+async def test_failures_under_a_gang_swap_spares_then_migrate_only_the_slice(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=8)
+    job = f"{story.namespace}/train"
+    before = node_of(await a_running_gang(story, "train", 64))
+    state = await story.state(lambda s: status(s, job) is JobStatus.RUNNING)
+    slice0 = state.jobs[job].slices[0]
+    rack = slice0.racks[0]
+    spares = set(story.racks[rack]) - set(slice0.nodes)
+    assert len(spares) == 2
+
+    # 1 and 2: each failure takes one of the rack's two spares; the pod is made again there.
+    for k, failed in enumerate(slice0.nodes[:2], start=1):
+        story.not_ready(failed)
+        events = await story.events(lambda es, k=k: len(of_type(NodeSwapped)(es)) == k)
+        swap = of_type(NodeSwapped)(events)[-1]
+        assert swap.old_node == failed and swap.new_node in spares
+        victim = next(name for name, node in before.items() if node == failed)
+        pods = story.until_pods(
+            "train",
+            lambda ps, victim=victim, new=swap.new_node: (
+                victim not in node_of(ps) and new in node_of(ps).values() and bound(64)(ps)
+            ),
+        )
+        now = node_of(pods)
+        made = next(name for name, node in now.items() if node == swap.new_node)
+        assert made.startswith(victim + "-r"), made
+        assert victim not in [p["metadata"]["name"] for p in story.pods("train")]  # gone
+
+    # 3: no spare left: the slice moves to another rack; the other slices stay where they are.
+    third = slice0.nodes[2]
+    story.not_ready(third)
+    events = await story.events(lambda es: bool(of_type(SliceMigrated)(es)))
+    (moved,) = of_type(SliceMigrated)(events)
+    assert moved.slice == 0 and moved.from_racks == (rack,) and moved.to_rack != rack
+    pods = story.until_pods(
+        "train",
+        lambda ps: bound(64)(ps) and set(node_of(ps).values()) >= set(moved.new_nodes),
+    )
+    no_node_twice(pods)
+    now = node_of(pods)
+    others = {n for s in state.jobs[job].slices[1:] for n in s.nodes}
+    assert {name: node for name, node in now.items() if node in others} == {
+        name: node for name, node in before.items() if node in others
+    }  # the other 48 pods untouched: same names, same nodes
+
+
+async def test_defrag_evicts_a_managed_victim_never_an_interactive_one_and_binds_the_job(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=4)
+    # Fill the 4 racks with 8 gangs of 8 nodes (16 allocatable per rack: 2 per rack), then
+    # finish one per rack: 8 nodes free in each rack, no rack with 16.
+    for g in range(8):
+        kind = "managed" if g == 7 else "interactive"
+        story.gang(f"g{g}", 8, **{"rackplane.io/slice-size": "8", "rackplane.io/kind": kind})
+    for g in range(8):
+        story.until_pods(f"g{g}", bound(8))
+    rack_of_gang = {
+        g: {story.rack_of[n] for n in node_of(story.pods(f"g{g}")).values()} for g in range(8)
+    }
+    assert all(len(racks) == 1 for racks in rack_of_gang.values())
+    # In each rack finish one gang: in the managed gang's rack its interactive partner.
+    (mrack,) = rack_of_gang[7]
+    by_rack: dict[str, list[int]] = {}
+    for g, (rack,) in ((g, tuple(r)) for g, r in rack_of_gang.items()):
+        by_rack.setdefault(rack, []).append(g)
+    assert sorted(len(gs) for gs in by_rack.values()) == [2, 2, 2, 2]
+    ends = [min(g for g in gs if g != 7) for gs in by_rack.values()]
+    for g in ends:
+        for p in story.pods(f"g{g}"):
+            story.set_phase(p["metadata"]["name"], "Succeeded")
+    finished = {f"{story.namespace}/g{g}" for g in ends}
+    await story.state(lambda s: all(status(s, j) is JobStatus.COMPLETED for j in finished))
+    interactive_pods = {
+        p["metadata"]["name"]
+        for g in range(7)
+        if f"{story.namespace}/g{g}" not in finished
+        for p in story.pods(f"g{g}")
+    }
+
+    big = f"{story.namespace}/big"
+    story.gang("big", 16, **{"rackplane.io/slice-size": "16"})
+    events = await story.events(
+        lambda es: bool(of_type(DefragPlanned)(es)) and bool(of_type(JobPreempted)(es)), 120
+    )
+    assert any(isinstance(e, JobBlocked) and e.job == big for e in events)
+    (plan,) = of_type(DefragPlanned)(events)
+    assert plan.job == big and plan.victims == (f"{story.namespace}/g7",)
+    big_pods = story.until_pods("big", bound(16), timeout=120)
+    assert {story.rack_of[n] for n in node_of(big_pods).values()} == {mrack}
+    moved = story.until_pods("g7", bound(8), timeout=120)  # the victim, bound elsewhere
+    assert {story.rack_of[n] for n in node_of(moved).values()} != {mrack}
+    left = {p["metadata"]["name"] for g in range(7) for p in live(story.pods(f"g{g}"))}
+    assert interactive_pods <= left  # no interactive pod was evicted
+    no_node_twice([p for g in range(8) for p in story.pods(f"g{g}")] + big_pods)
+
+
+async def test_kubectl_cordon_and_uncordon_reach_rackplane(story_factory: StoryFactory) -> None:
+    story = story_factory(racks=1)
+    node = story.racks[next(iter(story.racks))][3]
+    await story.state(lambda s: node in s.nodes)
+    story.cordon(node)
+    state = await story.state(lambda s: s.nodes[node].cordoned)
+    assert state.nodes[node].cordoned
+    story.cordon(node, on=False)
+    events = await story.events(lambda es: bool(of_type(NodeUncordoned)(es)))
+    (cordoned,) = of_type(NodeCordoned)(events)
+    assert cordoned.node == node and cordoned.actor == "runtime:kube"
+
+
+async def test_the_adapter_killed_mid_gang_resumes_without_a_double_binding(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=8)
+    story.gang("train", 128, **{"rackplane.io/slice-size": "16"})
+    story.until_pods("train", lambda ps: sum(bool(p["spec"].get("nodeName")) for p in ps) >= 16)
+    story.kill_adapter()
+    half = sum(bool(p["spec"].get("nodeName")) for p in story.pods("train"))
+    story.start_adapter()
+    pods = story.until_pods("train", bound(128), timeout=120)
+    no_node_twice(pods)
+    assert len(pods) == 128  # none made again, none lost
+    job = f"{story.namespace}/train"
+    state: ClusterState = await story.state(lambda s: status(s, job) is JobStatus.RUNNING)
+    assert sorted(n for s in state.jobs[job].slices for n in s.nodes) == sorted(
+        node_of(pods).values()
+    )
+    events = await story.events(lambda es: bool(of_type(JobStarted)(es)))
+    assert [e.type for e in events].count("JobSubmitted") == 1
+    assert not of_type(CommandRejected)(events)
+    assert half > 0  # it was killed with part of the gang bound
