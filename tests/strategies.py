@@ -24,7 +24,7 @@ from rackplane.models._ids import POD_REF_PATTERN
 from rackplane.models._text import FreeText, NameRule, refused
 
 IDS = st.from_regex(r"\A[a-z][a-z0-9-]{0,10}\Z")
-POD_REFS = st.from_regex(r"\A[a-z][a-z0-9-]{0,8}/[a-z][a-z0-9.-]{0,10}[a-z0-9]\Z")
+POD_REFS = st.from_regex(r"\A[a-z]([a-z0-9-]{0,7}[a-z0-9])?/[a-z]([a-z0-9.-]{0,10}[a-z0-9])?\Z")
 """Kubernetes pods, `namespace/name` (short: shrinking and examples stay readable)."""
 TEXT_CHARS = st.characters(exclude_categories=("Cs",)).filter(lambda c: refused(c) is None)
 """What free text may hold: any character but those the text rule refuses (models._text)."""

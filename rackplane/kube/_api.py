@@ -81,7 +81,8 @@ class KubeApi:
         except (OSError, TimeoutError) as err:
             raise ApiError(0, f"cannot reach the API server: {err}") from None
 
-    async def _json(self, method: str, path: str, **kwargs: Any) -> Json:
+    async def call(self, method: str, path: str, **kwargs: Any) -> Json:
+        """One request; its JSON answer (ApiError unless 2xx)."""
         response = await self._request(method, path, **kwargs)
         try:
             text = await _text(response)
@@ -94,10 +95,10 @@ class KubeApi:
 
     async def list_nodes(self, selector: str | None = None) -> Json:
         query = [("labelSelector", selector)] if selector else []
-        return await self._json("GET", "/api/v1/nodes", query=query, timeout=120.0)
+        return await self.call("GET", "/api/v1/nodes", query=query, timeout=120.0)
 
     async def list_pods(self, namespace: str | None) -> Json:
-        return await self._json(
+        return await self.call(
             "GET", _pods_path(namespace), query=[("labelSelector", JOB_LABEL)], timeout=120.0
         )
 
@@ -150,7 +151,7 @@ class KubeApi:
             "metadata": {"name": name, "annotations": dict(annotations)},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._json("POST", f"{_pods_path(namespace)}/{name}/binding", body=body)
+        await self.call("POST", f"{_pods_path(namespace)}/{name}/binding", body=body)
 
     async def evict(self, namespace: str, name: str) -> None:
         body = {
@@ -158,15 +159,15 @@ class KubeApi:
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        await self._json("POST", f"{_pods_path(namespace)}/{name}/eviction", body=body)
+        await self.call("POST", f"{_pods_path(namespace)}/{name}/eviction", body=body)
 
     async def create_pod(self, pod: Json) -> Json:
-        return await self._json("POST", _pods_path(pod["metadata"]["namespace"]), body=pod)
+        return await self.call("POST", _pods_path(pod["metadata"]["namespace"]), body=pod)
 
     async def annotate(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> Json:
-        return await self._json(
+        return await self.call(
             "PATCH",
             f"{_pods_path(namespace)}/{name}",
             body={"metadata": {"annotations": dict(annotations)}},
@@ -188,7 +189,7 @@ class KubeApi:
             ops.append({"op": "add", "path": path, "value": value})
         gates = [g for g in spec.get("schedulingGates") or () if g.get("name") != GATE]
         ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": gates})
-        return await self._json(
+        return await self.call(
             "PATCH",
             f"{_pods_path(meta['namespace'])}/{meta['name']}",
             body=ops,

@@ -99,6 +99,8 @@ class KubeAdapter:
         self._leaving: set[PodKey] = set()
         """Pods this adapter evicted, until the API server shows them deleting or gone."""
         self._busy: set[PodKey] = set()
+        self._in_flight: dict[tuple[str, str], int] = defaultdict(int)
+        """Actions under way per gang (namespace, job label)."""
         self._outbox: dict[tuple[str, str], float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -350,12 +352,21 @@ class KubeAdapter:
         for key, todo in by_pod.items():
             if key in self._busy:
                 continue
+            gang = self._gang_of(todo[0])
+            if isinstance(todo[0], Recreate) and todo[0].backfill and self._in_flight[gang]:
+                continue  # a creation of this gang may not have come back yet
             self._busy.add(key)
-            task = asyncio.create_task(self._perform(key, todo))
+            self._in_flight[gang] += 1
+            task = asyncio.create_task(self._perform(key, gang, todo))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _perform(self, key: PodKey, todo: list[Action]) -> None:
+    def _gang_of(self, action: Action) -> tuple[str, str]:
+        key = action.template if isinstance(action, Recreate) else action.pod
+        view = self._pod_views.get(key)
+        return (key.namespace, view.job if view is not None else "")
+
+    async def _perform(self, key: PodKey, gang: tuple[str, str], todo: list[Action]) -> None:
         try:
             async with self._slots:
                 for action in todo:
@@ -363,6 +374,7 @@ class KubeAdapter:
                         break
         finally:
             self._busy.discard(key)
+            self._in_flight[gang] -= 1
             self._wake.set()
 
     async def _one(self, action: Action) -> bool:
@@ -382,8 +394,13 @@ class KubeAdapter:
         return True
 
     async def _bind(self, a: Bind) -> None:
-        await self.api.bind(a.pod.namespace, a.pod.name, a.node, a.annotations)
-        self._bound[a.pod] = (a.node, a.annotations)
+        self._bound[a.pod] = (a.node, a.annotations)  # before the call: the node is taken
+        try:
+            await self.api.bind(a.pod.namespace, a.pod.name, a.node, a.annotations)
+        except ApiError as err:
+            if err.status != 409:  # 409: bound already (the watch will say where)
+                self._bound.pop(a.pod, None)
+            raise
 
     async def _ungate(self, a: Ungate) -> None:
         raw = self.pods.get(a.pod)
@@ -391,7 +408,11 @@ class KubeAdapter:
             raise ApiError(404, f"pod {a.pod} is not known")
         before = json.dumps((raw.get("spec") or {}).get("affinity"))
         annotations = {**a.annotations, "rackplane.io/affinity-before": before}
-        updated = await self.api.ungate(raw, a.node, annotations)
+        self._bound[a.pod] = (a.node, annotations)  # before the call: the node is taken
+        try:
+            updated = await self.api.ungate(raw, a.node, annotations)
+        finally:
+            self._bound.pop(a.pod, None)
         self._apply("pods", "MODIFIED", updated)
 
     async def _evict(self, a: Evict) -> None:

@@ -100,6 +100,10 @@ class Recreate(NamedTuple):
     template: PodKey
     name: str
     generation: int
+    backfill: bool = False
+    """Not the replacement of a pod this plan evicts, but of one missing (gone while the
+    adapter was down): the adapter does it only when nothing of the gang is in flight, so a
+    creation not yet seen is not made twice."""
 
 
 class Annotate(NamedTuple):
@@ -343,15 +347,22 @@ class _Planner:
                 return
 
     def remake(self, pods: list[PodView], gone: list[PodView], deficit: int) -> None:
-        """Make `deficit` bare pods again, from the pods that go (else any of the gang)."""
-        if deficit <= 0 or not pods or not all(p.bare for p in pods):
+        """Make bare pods again: each pod that goes gets one replacement, named after it
+        (`<base>-r<generation + 1>`); with none going, `deficit` missing ones are backfilled
+        from the gang's live pods."""
+        if not pods or not all(p.bare for p in pods):
             return
-        templates = gone or [p for p in pods if not p.deleting] or pods
+        for t in gone:
+            name = f"{t.base_name}-r{t.generation + 1}"
+            self.actions.append(Recreate(t.key, name, t.generation + 1))
+        if gone or deficit <= 0:
+            return
+        templates = [p for p in pods if not p.deleting] or pods
         generation = max(p.generation for p in pods)
         for i in range(deficit):
             t = templates[i % len(templates)]
             generation += 1
-            self.actions.append(Recreate(t.key, f"{t.base_name}-r{generation}", generation))
+            self.actions.append(Recreate(t.key, f"{t.base_name}-r{generation}", generation, True))
 
     def flag(self, pods: list[PodView], problem: str | None) -> None:
         """Write (or clear) the gang's problem on its pods."""
