@@ -176,9 +176,15 @@ class Story:
 
     # -- pods -----------------------------------------------------------------------------
 
-    def gang(self, job: str, nodes: int, **meta: str) -> list[str]:
-        """Bare pods of one gang, `schedulerName: rackplane`; their names."""
+    def gang(self, job: str, nodes: int, *, gated: bool = False, **meta: str) -> list[str]:
+        """Bare pods of one gang, `schedulerName: rackplane` (or, `gated`, the default
+        scheduler behind the `rackplane.io/placement` gate); their names."""
         names = [f"{job}-{i}" for i in range(nodes)]
+        placed_by: dict[str, Any] = (
+            {"schedulingGates": [{"name": "rackplane.io/placement"}]}
+            if gated
+            else {"schedulerName": "rackplane"}
+        )
         bodies = [
             {
                 "apiVersion": "v1",
@@ -190,7 +196,7 @@ class Story:
                     "annotations": {"rackplane.io/nodes": str(nodes), **meta},
                 },
                 "spec": {
-                    "schedulerName": "rackplane",
+                    **placed_by,
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "trainer", "image": "trainer:1"}],
                 },

@@ -56,7 +56,12 @@ def live(pods: Pods) -> Pods:
 
 
 def node_of(pods: Pods) -> dict[str, str]:
-    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in live(pods)}
+    """Where each live pod is bound (pods not bound yet left out)."""
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in live(pods)
+        if p["spec"].get("nodeName")
+    }
 
 
 def of_type(kind: type[Event]) -> Callable[[list[Event]], list[Any]]:
@@ -220,6 +225,26 @@ async def test_kubectl_cordon_and_uncordon_reach_rackplane(story_factory: StoryF
     events = await story.events(lambda es: bool(of_type(NodeUncordoned)(es)))
     (cordoned,) = of_type(NodeCordoned)(events)
     assert cordoned.node == node and cordoned.actor == "runtime:kube"
+
+
+async def test_in_the_gate_mode_kube_scheduler_binds_each_pod_where_rackplane_pinned_it(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=2)
+    story.gang("serve", 16, gated=True, **{"rackplane.io/kind": "inference"})
+    pods = story.until_pods("serve", bound(16))
+    no_node_twice(pods)
+    for p in pods:
+        assert p["spec"]["schedulerName"] == "default-scheduler"  # kube-scheduler bound it
+        assert not p["spec"].get("schedulingGates")
+        assert p["spec"]["nodeName"] == p["metadata"]["annotations"]["rackplane.io/node"]
+        assert p["metadata"]["annotations"]["rackplane.io/affinity-before"] == "null"
+    job = f"{story.namespace}/serve"
+    state = await story.state(lambda s: status(s, job) is JobStatus.RUNNING)
+    assert sorted(n for s in state.jobs[job].slices for n in s.nodes) == sorted(
+        node_of(pods).values()
+    )
+    assert len({story.rack_of[n] for n in node_of(pods).values()}) == 1
 
 
 async def test_the_adapter_killed_mid_gang_resumes_without_a_double_binding(
