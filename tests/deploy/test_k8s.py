@@ -29,9 +29,18 @@ from tests.deploy.test_compose_and_image import cli_commands, cli_errors
 
 VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
 KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "labels", "images", "resources"}
-KAFKA_SECRETS = {"worker": "rackplane-kafka-worker", "exporter": "rackplane-kafka-exporter"}
+KAFKA_SECRETS = {
+    "worker": "rackplane-kafka-worker",
+    "exporter": "rackplane-kafka-exporter",
+    "kube": "rackplane-kafka-client",
+}
 """Each component's own Kafka principal (issue 16: the exporter on every GPU node must not
-hold the workers' credentials)."""
+hold the workers' credentials; the Kubernetes adapter sends commands as a client does)."""
+
+
+def named(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [r for r in of_kind(kind) if r["metadata"]["name"] == name]
+    return found
 
 
 def test_the_kustomization_lists_every_resource_file_and_only_those() -> None:
@@ -60,7 +69,7 @@ def test_every_resource_validates_against_the_kubernetes_schemas(version: str) -
 
 
 def test_the_schema_check_catches_a_misplaced_field() -> None:
-    (deployment,) = of_kind("Deployment")
+    deployment = named("Deployment", "rackplane-worker")
     deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, VERSIONS[-1], strict=True)
@@ -69,6 +78,7 @@ def test_the_schema_check_catches_a_misplaced_field() -> None:
 def test_selectors_pick_the_pods_of_their_workload() -> None:
     workloads = of_kind("Deployment") + of_kind("DaemonSet")
     pod_labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads]
+    workers = [w["metadata"]["name"] == "rackplane-worker" for w in workloads]
     for w in workloads:
         assert selects(
             w["spec"]["selector"]["matchLabels"], w["spec"]["template"]["metadata"]["labels"]
@@ -76,7 +86,7 @@ def test_selectors_pick_the_pods_of_their_workload() -> None:
     (pdb,) = of_kind("PodDisruptionBudget")
     (service,) = of_kind("Service")
     for selector in (pdb["spec"]["selector"]["matchLabels"], service["spec"]["selector"]):
-        assert [selects(selector, labels) for labels in pod_labels] == [True, False]
+        assert [selects(selector, labels) for labels in pod_labels] == workers
     for policy in of_kind("NetworkPolicy"):
         selector = policy["spec"]["podSelector"]["matchLabels"]
         assert any(selects(selector, labels) for labels in pod_labels)
@@ -100,7 +110,9 @@ def test_the_exporter_runs_on_gpu_nodes_and_scrapes_dcgm_on_its_node() -> None:
 def test_pods_are_locked_down_and_take_kafka_credentials_from_their_own_secret() -> None:
     known = cli_commands()
     for name, spec in pod_specs():
-        assert spec["automountServiceAccountToken"] is False
+        kube = name == "rackplane-kube"  # the adapter alone talks to the API server
+        assert spec["automountServiceAccountToken"] is kube
+        assert spec["serviceAccountName"] == ("rackplane-kube" if kube else "rackplane")
         assert spec["securityContext"]["runAsNonRoot"] is True
         for c in spec["containers"]:
             assert c["args"][0] in known, f"{name}: rackplane has no command {c['args'][0]!r}"
@@ -126,6 +138,11 @@ def test_pods_are_locked_down_and_take_kafka_credentials_from_their_own_secret()
                 assert secrets[mount["name"]] == "rackplane-worker-key" and mount["readOnly"]
                 key_file = env["RACKPLANE_WORKER_KEY_FILE"]["value"]
                 assert key_file.startswith(mount["mountPath"] + "/")
+            elif c["args"][0] == "kube":  # it signs its commands with a key of its own
+                assert "RACKPLANE_WEB_TOKEN" not in env, f"{name} needs no web token"
+                (mount,) = [m for m in c["volumeMounts"] if m["name"] in secrets]
+                assert secrets[mount["name"]] == "rackplane-kube-key" and mount["readOnly"]
+                assert env["RACKPLANE_KEY_FILE"]["value"].startswith(mount["mountPath"] + "/")
             else:
                 assert "RACKPLANE_WEB_TOKEN" not in env, f"{name} needs no web token"
                 assert not secrets, f"{name} mounts no key: only workers sign as policies"
@@ -157,8 +174,10 @@ def test_mounted_config_maps_exist_and_hold_a_valid_config_and_cluster_file(
     assert settings.stream_config().web_problem() is None
     assert settings.kafka_security_protocol == "SASL_SSL"
     assert settings.replication == 3
-    (deployment,) = of_kind("Deployment")
+    deployment = named("Deployment", "rackplane-worker")
     assert deployment["spec"]["replicas"] <= settings.partitions
+    kube = named("Deployment", "rackplane-kube")["spec"]["template"]["spec"]["containers"][0]
+    assert kube["args"][:3] == ["kube", "--cluster", cluster.topology.cluster]
     assert yaml.safe_load(data["rackplane.yaml"])  # a mapping, not a string
 
 
@@ -168,3 +187,37 @@ def test_the_workers_probes_ask_the_worker_whether_it_is_alive_and_ready() -> No
     assert worker["livenessProbe"]["httpGet"]["path"] == "/health"
     assert worker["startupProbe"]["httpGet"]["path"] == "/health"
     assert worker["readinessProbe"]["httpGet"]["path"] == "/ready"
+
+
+def test_the_adapter_may_read_nodes_and_gang_pods_bind_evict_create_and_patch_nothing_more() -> (
+    None
+):
+    role = named("ClusterRole", "rackplane-kube")
+    granted = {
+        (resource, verb)
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    assert granted == {
+        ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
+        ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "create"),
+        ("pods", "patch"), ("pods/binding", "create"), ("pods/eviction", "create"),
+    }  # fmt: skip
+    binding = named("ClusterRoleBinding", "rackplane-kube")
+    assert binding["roleRef"]["name"] == "rackplane-kube"
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "rackplane-kube",
+            "namespace": kustomization()["namespace"],
+        }
+    ]
+    deployment = named("Deployment", "rackplane-kube")
+    assert (
+        deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    )
+    policy = named("NetworkPolicy", "rackplane-kube")
+    ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {53, 9092, 9093, 443, 6443}
