@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka test-acl test-k8s test-faults lint bench bench-kafka clean kcat
+.PHONY: up demo test test-kafka test-acl test-k8s test-faults lint bench bench-kafka bench-k8s clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -69,6 +69,10 @@ bench: $(VENV)/.dev
 bench-kafka: $(VENV)/.dev
 	$(BIN)/python scripts/kafka/kafka_server.py run -- \
 		sh -c '$(BIN)/python -m bench --only streams --broker "$$RACKPLANE_TEST_BROKER"'
+
+## bench-k8s: the Kubernetes adapter on the test control plane (128 racks x 18 kwok nodes)
+bench-k8s: $(VENV)/.dev
+	$(BIN)/python scripts/k8s/control_plane.py run -- $(BIN)/python -m bench --only kube
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check $(SRC)

@@ -4,7 +4,8 @@ Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's 
 (`tui`), the history (DuckDB ingest and replay of 1M events), snapshots (encode, decode,
 save and load of a cluster's state) and the rebuild of a partition after a restart (1M and
 10M events, with a checkpoint and from offset 0) and signed commands (the controller's
-Ed25519 check per command) by default; the simulator
+Ed25519 check per command) by default; the Kubernetes adapter on a real kube-apiserver
+(`--only kube`, under `make bench-k8s`, which starts the test control plane); the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
 sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
 streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming one
@@ -122,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             "snapshots",
             "rebuild",
             "signatures",
+            "kube",
         ],
-        help="one benchmark",
+        help="one benchmark (kube: only this way, on the plane `make bench-k8s` starts)",
     )
     args = parser.parse_args(argv)
     if args.only == "sim":
@@ -186,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
 
             results["signatures"] = signatures.run(2_000 if args.quick else 20_000, say)
             results["signed_log"] = signatures.log_run(2_000 if args.quick else 20_000, say)
+        if args.only == "kube":  # needs the test control plane: `make bench-k8s`
+            import asyncio
+
+            from bench import kube
+
+            kube_racks = 16 if args.quick else 128
+            results["kube"] = asyncio.run(kube.run_all(say, racks=kube_racks))
         if args.only in (None, "gpu"):
             import asyncio
 
@@ -207,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         ("rebuild", f"Rebuild of a partition after a restart ({broker_name})"),
         ("signatures", "Signed commands: the controller's check, a sender's signing"),
         ("signed_log", "Signed log: signing each event, checking it, a rebuild's fold"),
+        ("kube", "rackplane kube on a real kube-apiserver (kwok nodes)"),
     ):
         if name in results:
             out.print(_table(title, results[name]))
