@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
 
             kube_racks = 16 if args.quick else 128
             results["kube"] = asyncio.run(kube.run_all(say, racks=kube_racks))
+            results["kube_plan"] = kube.plan_cost(racks, say)
         if args.only in (None, "gpu"):
             import asyncio
 
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         ("signatures", "Signed commands: the controller's check, a sender's signing"),
         ("signed_log", "Signed log: signing each event, checking it, a rebuild's fold"),
         ("kube", "rackplane kube on a real kube-apiserver (kwok nodes)"),
+        ("kube_plan", "rackplane kube: one plan of the pure cycle (no server)"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

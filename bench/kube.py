@@ -207,3 +207,67 @@ async def run_all(say: Progress, *, racks: int = 128, per_rack: int = 18) -> lis
     for row in rows:
         row["nodes"] = racks * per_rack
     return rows
+
+
+def plan_cost(sizes: tuple[int, ...], say: Progress, *, gangs: int = 8) -> list[dict[str, Any]]:
+    """The adapter's pure cycle alone (`kube.plan`), no server: one plan over `racks` x 18
+    nodes and `gangs` running 128-pod gangs, as the adapter makes it on every change. Also
+    the topology read from the nodes' JSON (done only when node labels change)."""
+    from datetime import UTC, datetime
+
+    from rackplane.engine import Engine
+    from rackplane.importers.k8s import k8s_topology
+    from rackplane.kube import View, plan
+    from rackplane.kube.gangs import gang_spec
+    from rackplane.kube.objects import node_view, pod_view
+    from rackplane.kube.plan import shape
+    from rackplane.models import RegisterTopology, StartJob, SubmitJob
+    from rackplane.policies.presets import default_policies
+
+    rows = []
+    for racks in sizes:
+        say(f"kube plan: {racks} racks")
+        nodes = [
+            _node(f"n-r{r:04d}-{i:02d}", f"c.r{r}", "x") for r in range(racks) for i in range(18)
+        ]
+        for n in nodes:
+            n["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        t0 = time.perf_counter()
+        topology = k8s_topology(nodes, cluster="bench").topology
+        read_s = time.perf_counter() - t0
+        engine = Engine("bench", clock=lambda: datetime(2026, 12, 1, tzinfo=UTC),
+                        policies=default_policies())  # fmt: skip
+        engine.handle(RegisterTopology(id="r", cluster="bench", actor="a", topology=topology))
+        pods: list[Json] = []
+        for g in range(gangs):
+            gang = [_pod(f"g{g}-{i}", "ns", f"g{g}", 128) for i in range(128)]
+            first = pod_view(gang[0])
+            assert first is not None
+            engine.handle(SubmitJob(id=f"s{g}", cluster="bench", actor="a", job=gang_spec(first)))
+            job = engine.state.jobs[f"ns/g{g}"]
+            for pod, node in zip(gang, [n for s in job.slices for n in s.nodes], strict=True):
+                pod["spec"]["nodeName"] = node  # as the adapter binds it
+                pod["metadata"]["annotations"].update(shape(job, node))
+                pod["status"] = {"phase": "Running"}
+            engine.handle(StartJob(id=f"t{g}", cluster="bench", actor="a", job=f"ns/g{g}"))
+            pods += gang
+        t0 = time.perf_counter()
+        node_views = {n["metadata"]["name"]: node_view(n) for n in nodes}
+        pod_views = [v for v in (pod_view(p) for p in pods) if v is not None]
+        views_s = time.perf_counter() - t0
+        view = View(nodes=node_views, pods=pod_views, topology=topology)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            p = plan(engine.state, view, actor="runtime:kube")
+            times.append(time.perf_counter() - t0)
+        if p.orders or p.actions:  # a settled cluster: nothing to do
+            raise RuntimeError(
+                f"plan on a settled cluster: {len(p.orders)} orders, {len(p.actions)} actions"
+            )
+        rows.append({
+            "what": "plan (settled cluster)", "racks": racks, "nodes": racks * 18,
+            "pods": len(pods), "plan ms": statistics.median(times) * 1000,
+            "views ms": views_s * 1000, "topology read ms": read_s * 1000,
+        })  # fmt: skip
+    return rows
