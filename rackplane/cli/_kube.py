@@ -85,7 +85,8 @@ def kube(
         try:
             api = await KubeApi.connect(kubeconfig)
         except Exception as err:  # the loader raises its own ConfigException and plain errors
-            raise ApiError(0, f"cannot read the Kubernetes configuration: {err}") from None
+            why = " ".join(str(err).split())  # YAML errors span lines: one line
+            raise ApiError(0, f"cannot read the Kubernetes configuration: {why}") from None
         try:
             adapter = KubeAdapter(
                 config,
@@ -109,5 +110,5 @@ def kube(
         raise SystemExit(130) from None
     except ApiError as err:
         fail(str(err))
-    except RuntimeError as err:
-        fail(str(err))
+    except Exception as err:  # the broker gone for good, a gap in the log: one line, exit 2
+        fail(f"kube: {type(err).__name__}: {' '.join(str(err).split())}")

@@ -347,12 +347,13 @@ class _Planner:
                 return
 
     def remake(self, pods: list[PodView], gone: list[PodView], deficit: int) -> None:
-        """Make bare pods again: each pod that goes gets one replacement, named after it
-        (`<base>-r<generation + 1>`); with none going, `deficit` missing ones are backfilled
-        from the gang's live pods."""
+        """Make bare pods again, `deficit` of them (the job's nodes without a pod): each pod
+        that goes gets one replacement, named after it (`<base>-r<generation + 1>`), as long
+        as the job needs it (a degraded slice needs none); with none going, missing ones are
+        backfilled from the gang's live pods."""
         if not pods or not all(p.bare for p in pods):
             return
-        for t in gone:
+        for t in gone[: max(deficit, 0)]:
             name = f"{t.base_name}-r{t.generation + 1}"
             self.actions.append(Recreate(t.key, name, t.generation + 1))
         if gone or deficit <= 0:

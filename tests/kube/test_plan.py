@@ -62,6 +62,7 @@ from rackplane.models import (
     PreemptJobs,
     RegisterTopology,
     ReportNodeHealth,
+    SliceDegraded,
     StartJob,
     SubmitJob,
     UncordonNode,
@@ -596,3 +597,35 @@ def test_a_start_for_a_job_not_placed_is_rejected_not_applied(world: World) -> N
     start = StartJob(id="s-x", cluster=CLUSTER, actor=ACTOR, job="team/nope", pods=("team/a",))
     (event,) = world.handle(start)
     assert isinstance(event, CommandRejected)
+
+
+def test_a_degraded_slice_loses_its_pod_and_the_others_learn_the_new_shape() -> None:
+    """No spare left and no rack to move to: a job that may run on fewer nodes per slice
+    goes on degraded; the pod on the lost node goes (not made again) and every pod of the
+    slice carries the new shape."""
+    w = World(racks=2, per_rack=5)
+    w.settle()
+    w.gang("train", 8, **{"rackplane.io/slice-size": "4", "rackplane.io/min-nodes-per-slice": "3"})
+    w.settle()
+    w.kubelet("Running")
+    w.settle()
+    slice0 = w.state.jobs["team/train"].slices[0]
+    first, second = slice0.nodes[0], slice0.nodes[1]
+    rack = first.split("-")[0]
+    w.nodes[first] = k8s_node(first, rack, ready="False", since="t1")  # takes the spare
+    w.settle()
+    w.kubelet("Running")
+    w.settle()
+    w.nodes[second] = k8s_node(second, rack, ready="False", since="t1")  # nothing left
+    w.settle()
+    (degraded,) = [e for e in w.events if isinstance(e, SliceDegraded)]
+    assert degraded.removed == (second,) and degraded.nodes_after == 3
+    w.kubelet("Running")
+    assert w.settle() == []
+    live = {k: p for k, p in w.pods.items() if not p["metadata"].get("deletionTimestamp")}
+    assert len(live) == 7  # the pod on the lost node is gone and not made again
+    shapes = {p["metadata"]["annotations"][SLICES_ANNOTATION] for p in live.values()}
+    assert shapes == {"3,4"}
+    on_slice0 = [p for p in live.values() if p["metadata"]["annotations"][SLICE_ANNOTATION] == "0"]
+    assert {p["metadata"]["annotations"]["rackplane.io/slice-nodes"] for p in on_slice0} == {"3"}
+    assert len(on_slice0) == 3
