@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 
 from rackplane.kube.objects import GATE, JOB_LABEL
@@ -78,8 +79,8 @@ class KubeApi:
             )
         except client.ApiException as err:  # raised before any response (a bad request)
             raise ApiError(int(err.status or 0), str(err.reason)) from None
-        except (OSError, TimeoutError) as err:
-            raise ApiError(0, f"cannot reach the API server: {err}") from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            raise ApiError(0, f"cannot reach the API server: {type(err).__name__}: {err}") from None
 
     async def call(self, method: str, path: str, **kwargs: Any) -> Json:
         """One request; its JSON answer (ApiError unless 2xx)."""
@@ -89,9 +90,11 @@ class KubeApi:
             if not 200 <= response.status <= 299:
                 raise ApiError(response.status, _message(text))
             data = json.loads(text) if text else {}
-            return data if isinstance(data, dict) else {}
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as err:
+            raise ApiError(0, f"{method} {path}: {type(err).__name__}: {err}") from None
         finally:
             response.release()
+        return data if isinstance(data, dict) else {}
 
     async def list_nodes(self, selector: str | None = None) -> Json:
         query = [("labelSelector", selector)] if selector else []
@@ -128,13 +131,16 @@ class KubeApi:
             if response.status != 200:
                 raise ApiError(response.status, _message(await _text(response)))
             buffer = b""
-            async for chunk in response.content.iter_any():  # a line can outgrow readline's limit
+            async for chunk in _chunks(response):  # a line can outgrow readline's limit
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        raise ApiError(0, f"a watch line is not JSON: {line[:200]!r}") from None
                     if event.get("type") == "ERROR":
                         obj = event.get("object") or {}
                         raise ApiError(int(obj.get("code") or 0), str(obj.get("message", obj)))
@@ -195,6 +201,15 @@ class KubeApi:
             body=ops,
             content_type="application/json-patch+json",
         )
+
+
+async def _chunks(response: Any) -> AsyncIterator[bytes]:
+    """A watch's body as it comes; a connection lost midway is an `ApiError` (watch again)."""
+    try:
+        async for chunk in response.content.iter_any():
+            yield chunk
+    except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        raise ApiError(0, f"the watch was cut: {type(err).__name__}: {err}") from None
 
 
 def _pods_path(namespace: str | None) -> str:

@@ -106,10 +106,6 @@ class KubeAdapter:
         self._wake = asyncio.Event()
         self.listed = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
         self.caught_up = asyncio.Event()
-        self.plans = 0
-        """Plans made (for tests and the benchmark: something to wait on)."""
-        self.done: dict[str, int] = defaultdict(int)
-        """Actions performed and commands sent, by kind."""
 
     # -- the loops ------------------------------------------------------------------------------
 
@@ -272,7 +268,6 @@ class KubeAdapter:
             if self.settle:
                 await asyncio.sleep(self.settle)  # let a burst of watch events land first
             p = plan(self.state, self.view(), actor=self.actor)
-            self.plans += 1
             self._act(p.actions)
             await self._send(client, p.orders)
 
@@ -334,7 +329,6 @@ class KubeAdapter:
             command = self.key.sign(order.command) if self.key else order.command
             acks.append(await client.send(command, wait=False))
             self._outbox[slot] = now
-            self.done[command.type] += 1
             log.info("kube: sent %s %s", command.type, command.id)
         for slot in [s for s in self._outbox if s not in wanted]:
             del self._outbox[slot]
@@ -389,7 +383,6 @@ class KubeAdapter:
                 return True
             log.warning("kube: %s failed: %s (%s)", kind, _describe(action), err)
             return False
-        self.done[kind] += 1
         log.info("kube: %s", _describe(action))
         return True
 

@@ -300,12 +300,16 @@ def test_an_event_written_to_the_log_by_anyone_but_the_controller_is_ignored_by_
         assert forged.id not in {e.id for e in read} and client.forged == 1
         # The worker's agents were delivered the record and passed over it, and say so.
         url = f"http://127.0.0.1:{signing.worker.web_port}/metrics"
-        for _ in range(50):
+        wanted = [
+            'rackplane_events_forged_total{reader="projections"} 1.0',
+            'rackplane_events_forged_total{reader="tas"} 1.0',
+        ]  # each agent reads at its own pace: wait for both, not for the first
+        for _ in range(100):
             metrics = (await asyncio.to_thread(fetch, url)).decode()
-            if 'rackplane_events_forged_total{reader="projections"} 1.0' in metrics:
+            if all(w in metrics for w in wanted):
                 break
             await asyncio.sleep(0.2)
-        assert 'rackplane_events_forged_total{reader="projections"} 1.0' in metrics
-        assert 'rackplane_events_forged_total{reader="tas"} 1.0' in metrics
+        for w in wanted:
+            assert w in metrics
 
     asyncio.run(go())
