@@ -366,6 +366,8 @@ class KubeAdapter:
                 for action in todo:
                     if not await self._one(action):
                         break
+        except Exception:  # a bug, not the API server: say so, and let the next plan retry
+            log.exception("kube: acting on pod %s failed", key)
         finally:
             self._busy.discard(key)
             self._in_flight[gang] -= 1

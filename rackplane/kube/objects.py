@@ -189,8 +189,11 @@ def replacement(obj: Mapping[str, Any], name: str, generation: int) -> dict[str,
     spec.pop("nodeName", None)
     before = (meta.get("annotations") or {}).get(AFFINITY_ANNOTATION)
     if before is not None:  # the gate mode: pinned by rackplane; unpin and gate it again
-        affinity = json.loads(before)
-        if affinity is None:
+        try:
+            affinity = json.loads(before)
+        except ValueError:  # not what rackplane wrote: drop the pin, keep no affinity
+            affinity = None
+        if not isinstance(affinity, dict):
             spec.pop("affinity", None)
         else:
             spec["affinity"] = affinity
