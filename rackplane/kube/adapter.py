@@ -219,7 +219,10 @@ class KubeAdapter:
         await consumer.start()
         try:
             topic = self.config.topic("events")
-            parts = consumer.partitions_for_topic(topic) or set()
+            parts = consumer.partitions_for_topic(topic)
+            if not parts:  # metadata not in yet: ask, so "read to the end" means the end
+                await consumer.topics()
+                parts = consumer.partitions_for_topic(topic) or set()
             ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
             waiting = {tp: end for tp, end in ends.items() if end > 0}
             if not waiting:
