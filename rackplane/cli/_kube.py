@@ -18,7 +18,8 @@ import typer
 from rackplane.cli._client import Broker, Cluster, Prefix, _key, _settings
 from rackplane.cli._config import ConfigFile
 from rackplane.cli._render import checked, errors, fail
-from rackplane.models import ACTOR_RULE, ClusterId
+from rackplane.models import Actor as ActorId
+from rackplane.models import ClusterId
 
 DEFAULT_ACTOR = "runtime:kube"
 
@@ -76,9 +77,7 @@ def kube(
     s = _settings(config_file, broker, prefix, actor)
     key = _key(s)
     who = key.actor if key is not None else (s.actor or DEFAULT_ACTOR)
-    culprit = ACTOR_RULE.culprit(who)
-    if culprit is not None:
-        fail(f"--actor: {who!r} {culprit}")
+    checked(ActorId, who, "--actor")
     config = s.stream_config()
 
     async def go() -> None:

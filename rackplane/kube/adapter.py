@@ -31,10 +31,24 @@ from aiokafka import TopicPartition
 from pydantic import ValidationError
 
 from rackplane.importers.errors import TopologyFileError
-from rackplane.importers.k8s import POD_LABEL, SUPERPOD_LABEL, k8s_topology
+from rackplane.importers.k8s import (
+    CLIQUE_LABEL,
+    GPU_RESOURCE,
+    POD_LABEL,
+    SUPERPOD_LABEL,
+    k8s_topology,
+)
 from rackplane.keyfiles import KeyFile
 from rackplane.kube._api import ApiError, Json, KubeApi
-from rackplane.kube.objects import PodKey, PodView, node_view, pod_view, replacement
+from rackplane.kube.objects import (
+    AFFINITY_ANNOTATION,
+    NodeView,
+    PodKey,
+    PodView,
+    node_view,
+    pod_view,
+    replacement,
+)
 from rackplane.kube.plan import (
     CORDON_REASON,
     Action,
@@ -89,7 +103,7 @@ class KubeAdapter:
         self.kube_cordoned: set[str] = set()
         self.nodes: dict[str, Json] = {}
         self.pods: dict[PodKey, Json] = {}
-        self._node_views: dict[str, Any] = {}
+        self._node_views: dict[str, NodeView] = {}
         self._pod_views: dict[PodKey, PodView] = {}
         self._fabric: dict[str, tuple[object, ...]] = {}
         self._topology: Topology | None = None
@@ -294,8 +308,9 @@ class KubeAdapter:
     def _as_done(self, p: PodView) -> PodView:
         done = self._bound.get(p.key)
         if done is not None and not p.node:
-            node, annotations = done
-            p = p._replace(node=node, bound=True, annotations={**p.annotations, **annotations})
+            node, annotations = done  # a gated pod being pinned is placed, not bound
+            merged = {**p.annotations, **annotations}
+            p = p._replace(node=node, bound=not p.gated, annotations=merged)
         if p.key in self._leaving:
             p = p._replace(deleting=True)
         return p
@@ -405,7 +420,7 @@ class KubeAdapter:
         if raw is None:
             raise ApiError(404, f"pod {a.pod} is not known")
         before = json.dumps((raw.get("spec") or {}).get("affinity"))
-        annotations = {**a.annotations, "rackplane.io/affinity-before": before}
+        annotations = {**a.annotations, AFFINITY_ANNOTATION: before}
         self._bound[a.pod] = (a.node, annotations)  # before the call: the node is taken
         try:
             updated = await self.api.ungate(raw, a.node, annotations)
@@ -457,10 +472,10 @@ def _fabric_of(obj: Json, labels: tuple[str, str]) -> tuple[object, ...]:
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
     node_labels = meta.get("labels") or {}
     return (
-        node_labels.get("nvidia.com/gpu.clique"),
+        node_labels.get(CLIQUE_LABEL),
         node_labels.get(labels[0]),
         node_labels.get(labels[1]),
-        (status.get("capacity") or {}).get("nvidia.com/gpu"),
+        (status.get("capacity") or {}).get(GPU_RESOURCE),
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from rackplane.models import Event
-from rackplane.projections import ClusterState, fold, initial_state
+from rackplane.projections import ClusterState, evolve, initial_state
 from tests.conftest import BrokerUnderTest
 from tests.streams.conftest import Pipeline, start_pipeline
 
@@ -286,10 +286,10 @@ class Story:
         self, until: Callable[[ClusterState], bool], timeout: float = 90.0
     ) -> ClusterState:
         """The cluster's state folded from the log, once `until` holds of it."""
-        folded: list[ClusterState] = []
+        folded = [initial_state(self.cluster)]
 
-        def check(events: list[Event]) -> bool:
-            folded[:] = [fold(initial_state(self.cluster), events)]
+        def check(events: list[Event]) -> bool:  # called with one more event each time
+            folded[0] = evolve(folded[0], events[-1])
             return until(folded[0])
 
         await self.events(check, timeout)
