@@ -15,9 +15,13 @@ Theory of operation:
    the group may have given the partition away without it hearing so yet).
 4. Write-time check: the controller is the only writer of its events partitions, so a batch
    must land right after the previous one, or after records no reader folds (markers that
-   rebuilding readers append, garbage someone wrote). If an event of the log sits in
-   between, another writer wrote there: `ForeignWrite` is raised, and the controller reloads
-   the partition, whose read judges it (a fork or an inapplicable event breaks its cluster).
+   rebuilding readers append, garbage someone wrote, events of a cluster the partition does
+   not hold that do not open a log). If an event of the log sits in between, another writer
+   wrote there: `ForeignWrite` is raised, and the controller reloads the partition, whose
+   read judges it (a fork or an inapplicable event breaks its cluster). The unknown
+   clusters' events are judged here, not by a reload: each reload reads the whole partition,
+   and 100 such records in 15 s (the hostile fault case) cost that many reloads, during
+   which the partition's valid commands waited.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 from rackplane.logtrust import LogTrust
 from rackplane.streams.codec import decode_event
-from rackplane.streams.eventlog import EventLog, is_marker
+from rackplane.streams.eventlog import EventLog, is_marker, opens_a_log
 from rackplane.streams.senders import SharedProducer
 
 RECORD_OVERHEAD = 64
@@ -110,7 +114,13 @@ class EventAppender:
     """Appends decisions to the events topic through the worker's producer."""
 
     def __init__(
-        self, producer: SharedProducer, topic: str, eventlog: EventLog, *, max_batch_bytes: int
+        self,
+        producer: SharedProducer,
+        topic: str,
+        eventlog: EventLog,
+        *,
+        max_batch_bytes: int,
+        holds: Callable[[str], bool] | None = None,
     ) -> None:
         """Args:
         producer: the worker's producer (its `max_batch_size` must be at least
@@ -118,11 +128,14 @@ class EventAppender:
         topic: the events topic.
         eventlog: reads back what lies between two of this writer's batches.
         max_batch_bytes: the largest record batch (the topic's `max.message.bytes` or below).
+        holds: True for a cluster whose log the writer's replicas hold (registered, or broken).
+            None: every cluster's event found between two batches is a foreign write.
         """
         self.producer = producer
         self.topic = topic
         self.eventlog = eventlog
         self.max_batch_bytes = max_batch_bytes
+        self.holds = holds
         self.next_offset: dict[int, int] = {}
         """Partition -> the offset right after this writer's last batch (or the last read)."""
         self.batches = 0
@@ -138,6 +151,7 @@ class EventAppender:
         last record. `check` runs before each batch (it raises to stop the writer)."""
         producer = await self.producer.get()
         offsets: list[int] = []
+        written: set[bytes] = set()  # the clusters of this call's batches (keys)
         for group in self._batches(decisions):
             check()
             batch = producer.create_batch()
@@ -145,6 +159,7 @@ class EventAppender:
             count = 0
             for decision in group:
                 for key, value in decision:
+                    written.add(key)
                     if batch.append(key=key, value=value, timestamp=None) is None:
                         raise RuntimeError(  # the size estimate is wrong: a bug, not input
                             f"a record batch for {self.topic}[{partition}] overflowed at "
@@ -156,7 +171,7 @@ class EventAppender:
             future = await producer.send_batch(batch, self.topic, partition=partition)
             meta = await future
             base = int(meta.offset)
-            await self._check_contiguous(partition, base)
+            await self._check_contiguous(partition, base, written)
             self.next_offset[partition] = base + count
             self.batches += 1
             offsets.extend(base + e for e in ends)
@@ -174,7 +189,7 @@ class EventAppender:
             size += need
         return out
 
-    async def _check_contiguous(self, partition: int, base: int) -> None:
+    async def _check_contiguous(self, partition: int, base: int, written: set[bytes]) -> None:
         expected = self.next_offset.get(partition)
         if expected is None or base == expected:
             return
@@ -185,7 +200,11 @@ class EventAppender:
             )
         between: list[Any] = await self.eventlog.records(partition, expected, base)
         trust = self.eventlog.trust
-        foreign = [r.offset for r in between if _an_event_of_the_log(r, trust)]
+
+        def held(key: bytes) -> bool:
+            return self.holds is None or key in written or self.holds(key.decode())
+
+        foreign = [r.offset for r in between if _an_event_of_the_log(r, trust, held)]
         if foreign:
             raise ForeignWrite(
                 f"{self.topic}[{partition}]: events this writer did not write lie between its "
@@ -193,11 +212,14 @@ class EventAppender:
             )
 
 
-def _an_event_of_the_log(record: Any, trust: LogTrust | None) -> bool:
+def _an_event_of_the_log(
+    record: Any, trust: LogTrust | None, held: Callable[[bytes], bool] = lambda key: True
+) -> bool:
     """True for a record that readers would fold: an event keyed by its cluster, signed by a
-    trusted key when there is a `trust`. Markers, garbage (undecodable, or keyed by another
-    cluster than it names) and forged events are skipped by every reader, so they cannot fork
-    anything."""
+    trusted key when there is a `trust`, of a cluster whose log is `held` (by its key) or
+    opening one. Markers, garbage (undecodable, or keyed by another cluster than it names),
+    forged events and the events of clusters that have no log are skipped by every reader, so
+    they cannot fork anything."""
     if not record.value or (record.headers and is_marker(record.headers)):
         return False
     try:
@@ -206,7 +228,10 @@ def _an_event_of_the_log(record: Any, trust: LogTrust | None) -> bool:
         return False
     if record.key != event.cluster.encode():
         return False
-    return trust is None or trust.event_problem(event) is None
+    if trust is not None and trust.event_problem(event) is not None:
+        return False
+    # Readers skip the events of a cluster they hold no log of, unless the event opens one.
+    return held(record.key) or opens_a_log(event)
 
 
 class TransactionalAppender:

@@ -191,6 +191,7 @@ def create_app(
             config.topic("events"),
             controller_replicas.eventlog,
             max_batch_bytes=config.max_event_bytes,
+            holds=lambda c: c in controller_replicas.states or c in controller_replicas.broken,
         )
     )
     commands_topic = commands.get_topic_name()

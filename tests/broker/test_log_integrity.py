@@ -167,6 +167,37 @@ async def test_an_appender_notices_an_event_it_did_not_write_between_its_batches
         await log.stop()
 
 
+async def test_an_appender_passes_over_the_events_of_a_cluster_without_a_log_but_not_a_new_log(
+    broker: BrokerUnderTest, new_topic: TopicFactory, new_producer: ProducerFactory
+) -> None:
+    """Readers skip an event of a cluster the partition holds no log of, unless it opens one
+    (a registration): the appender judges so without a reload (the hostile fault case wrote
+    100 of them in 15 s, and each reload read the whole partition)."""
+    topic = await new_topic(partitions=1)
+    a = cluster_events("c-a", 4)
+    ghost = cluster_events("c-ghost", 2)  # its registration, then one of its events
+    log = _log(broker, topic)
+    shared = SharedProducer({"bootstrap_servers": broker.bootstrap}, idempotent=False)
+    appender = EventAppender(
+        shared, topic, log, max_batch_bytes=1_048_576, holds=lambda c: c == "c-a"
+    )
+    decision = [[(b"c-a", EVENTS.dump_json(e))] for e in a]
+    try:
+        await appender.append(0, decision[:2], lambda: None)
+        await _write(new_producer, topic, [ghost[1]])  # no log of c-ghost: readers skip it
+        ends = await appender.append(0, decision[2:3], lambda: None)
+        assert ends == [3]
+        await _write(new_producer, topic, [ghost[0]])  # a registration opens a log
+        with pytest.raises(ForeignWrite, match=r"at offsets \[4\]"):
+            await appender.append(0, decision[3:], lambda: None)
+        read = await log.rebuild_partition(0)
+    finally:
+        await shared.stop()
+        await log.stop()
+    assert read.clusters["c-a"].state.seq == 4
+    assert read.clusters["c-ghost"].state.seq == 1  # what the reload after the raise sees
+
+
 async def test_one_decision_is_one_record_batch_and_lands_whole(
     broker: BrokerUnderTest, new_topic: TopicFactory
 ) -> None:
