@@ -24,6 +24,7 @@ from rackplane.models import (
     JobFailed,
     JobPlaced,
     JobPreempted,
+    JobRuntimeReported,
     JobStarted,
     JobSubmitted,
     NodeCordoned,
@@ -115,6 +116,9 @@ def describe(e: Event, subject: str = "") -> str:
             return f"{e.job} failed{_why(e.reason)}"
         case JobCancelled():
             return f"{e.job} cancelled{_why(e.reason)}"
+        case JobRuntimeReported():
+            where = f" on {len(e.nodes)} nodes" if e.nodes else ""
+            return f"{e.job}: its runtime {e.action} it{where}{_why(e.detail)}"
         case JobPreempted():
             return (
                 f"{e.job} preempted ({e.cause}), cost {e.lost_gpu_hours:.1f} GPU-h"

@@ -24,6 +24,7 @@ from rackplane.models.values import (
     Health,
     PreemptionCause,
     RackHealth,
+    RuntimeAction,
     SliceAssignment,
 )
 
@@ -99,6 +100,18 @@ class FailJob(CommandEnvelope):
     type: Literal["FailJob"] = "FailJob"
     job: JobId
     reason: Reason = ""
+
+
+class ReportJobRuntime(CommandEnvelope):
+    """The job's runtime says what it did to the job's processes to follow a decision (Slurm
+    requeued the job, started it again on the new nodes, kept it running on fewer)."""
+
+    type: Literal["ReportJobRuntime"] = "ReportJobRuntime"
+    job: JobId
+    action: RuntimeAction
+    nodes: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    """Where the job's processes run after it (empty when they run nowhere: requeued)."""
+    detail: Reason = ""
 
 
 class CordonNode(CommandEnvelope):
@@ -231,6 +244,7 @@ Command = Annotated[
     | StartJob
     | CompleteJob
     | FailJob
+    | ReportJobRuntime
     | CordonNode
     | UncordonNode
     | ReportNodeHealth

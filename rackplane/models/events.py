@@ -22,6 +22,7 @@ from rackplane.models.values import (
     PlacedSlice,
     PreemptionCause,
     RejectionCode,
+    RuntimeAction,
 )
 
 
@@ -95,6 +96,17 @@ class JobFailed(EventEnvelope):
     job: JobId
     reason: Note = ""
     released: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+
+
+class JobRuntimeReported(EventEnvelope):
+    """The job's runtime did this to its processes (`ReportJobRuntime`): the job's state in
+    rackplane is unchanged, the audit trail says what really happened on the nodes."""
+
+    type: Literal["JobRuntimeReported"] = "JobRuntimeReported"
+    job: JobId
+    action: RuntimeAction
+    nodes: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    detail: Note = ""
 
 
 class JobCancelled(EventEnvelope):
@@ -283,6 +295,7 @@ Event = Annotated[
     | JobStarted
     | JobCompleted
     | JobFailed
+    | JobRuntimeReported
     | JobCancelled
     | JobPreempted
     | NodeCordoned

@@ -71,6 +71,11 @@ class JobStatus(StrEnum):
 _FINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 PreemptionCause = Literal["defrag", "failure", "eviction", "operator"]
+RuntimeAction = Literal["requeued", "restarted", "shrank"]
+"""What a job's runtime did to its processes on its own terms (`ReportJobRuntime`): Slurm
+cannot add a node to a running job, so it requeues the job and starts it again on the nodes
+rackplane chose (a swap, a migration, a re-placement), or keeps it running on fewer (a
+degrade with `--no-kill`)."""
 """defrag: make rack-shaped room; failure: a slice lost a node and nothing could replace it;
 eviction: the job ran on borrowed spares that a swap needs; operator: an operator's decision."""
 

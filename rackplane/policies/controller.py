@@ -41,6 +41,7 @@ from rackplane.models import (
     JobFailed,
     JobId,
     JobPlaced,
+    JobRuntimeReported,
     JobStarted,
     JobStatus,
     JobSubmitted,
@@ -61,6 +62,7 @@ from rackplane.models import (
     RackRecovered,
     RegisterTopology,
     RepairNode,
+    ReportJobRuntime,
     ReportNodeHealth,
     ReportRackHealth,
     RevokeKey,
@@ -188,6 +190,8 @@ def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
             _end_job(s, job, JobStatus.COMPLETED, out, JobCompleted)
         case FailJob(job=job, reason=reason):
             _end_job(s, job, JobStatus.FAILED, out, JobFailed, reason=reason)
+        case ReportJobRuntime():
+            _report_job_runtime(s, c, out)
         case CordonNode(node=node, reason=reason):
             if chk.node_state(s, node).cordoned:
                 chk.ignore(f"node {node} is already cordoned")
@@ -294,6 +298,18 @@ def _start_job(s: ClusterState, job_id: JobId, pods: tuple[str, ...], out: Emitt
     if job.status is not JobStatus.PLACED:
         chk.reject("invalid_state", f"job {job_id} is {job.status.value}; only a placed job starts")
     out.emit(JobStarted, job=job_id, pods=pods)
+
+
+def _report_job_runtime(s: ClusterState, c: ReportJobRuntime, out: Emitter) -> None:
+    job = chk.job_state(s, c.job)
+    strangers = sorted(set(c.nodes) - set(job.nodes))
+    if strangers:
+        chk.reject(
+            "invalid_state",
+            f"job {c.job} does not hold node(s) {', '.join(strangers[:5])}: its runtime "
+            "cannot run it there",
+        )
+    out.emit(JobRuntimeReported, job=c.job, action=c.action, nodes=c.nodes, detail=c.detail)
 
 
 def _end_job(

@@ -28,6 +28,7 @@ from rackplane.models import (
     JobId,
     JobPlaced,
     JobPreempted,
+    JobRuntimeReported,
     JobStarted,
     JobStatus,
     JobSubmitted,
@@ -641,6 +642,11 @@ def _defrag_planned(b: _Builder, e: DefragPlanned) -> None:
     b.reservations = b.reservations.update(dict.fromkeys(e.target_racks, e.job))
 
 
+def _job_runtime_reported(b: _Builder, e: JobRuntimeReported) -> None:
+    """Nothing changes but seq: what the runtime did is on record; the job's nodes and
+    status are rackplane's decisions, already folded."""
+
+
 def _on_record_only(b: _Builder, e: CommandRejected | CommandIgnored) -> None:
     """Nothing changes but seq and the command ids seen: the outcome is on record."""
 
@@ -656,6 +662,7 @@ def _handlers() -> dict[type[Any], Callable[[_Builder, Any], None]]:
         JobCompleted: _job_completed,
         JobFailed: _job_failed,
         JobCancelled: _job_cancelled,
+        JobRuntimeReported: _job_runtime_reported,
         JobPreempted: _job_preempted,
         NodeCordoned: _node_cordoned,
         NodeUncordoned: _node_uncordoned,

@@ -74,7 +74,7 @@ def racks_touched(events: Sequence[Event], before: ClusterState, after: ClusterS
 
 def explain(event: Event) -> str:
     """The decision's own explanation, else its reason or cause, else a summary of the fact."""
-    for name in ("explanation", "reason", "cause", "note"):
+    for name in ("explanation", "reason", "cause", "note", "detail"):
         text = getattr(event, name, "")
         if text:
             return str(text)

@@ -36,6 +36,7 @@ from rackplane.models import (
     RackHealth,
     RegisterTopology,
     RepairNode,
+    ReportJobRuntime,
     ReportNodeHealth,
     ReportRackHealth,
     SliceAssignment,
@@ -468,6 +469,31 @@ CASES = [
         "cancelling an unknown job is refused",
         [two_racks],
         lambda: cmd(CancelJob, job="nope"),
+        code="unknown_job",
+    ),
+    # -- what the runtime did
+    c(
+        "a runtime's report of a restart on the job's nodes is on record",
+        [two_racks, lambda: submit("j1", 4), lambda: place("j1", A4)],
+        lambda: cmd(ReportJobRuntime, job="j1", action="restarted", nodes=A4, detail="x"),
+        "JobRuntimeReported",
+    ),
+    c(
+        "a runtime's report of a requeue needs no nodes",
+        [two_racks, lambda: submit("j1", 4), lambda: place("j1", A4)],
+        lambda: cmd(ReportJobRuntime, job="j1", action="requeued"),
+        "JobRuntimeReported",
+    ),
+    c(
+        "a runtime cannot run a job on nodes it does not hold",
+        [two_racks, lambda: submit("j1", 4), lambda: place("j1", A4)],
+        lambda: cmd(ReportJobRuntime, job="j1", action="restarted", nodes=B4),
+        code="invalid_state",
+    ),
+    c(
+        "a runtime's report on an unknown job is refused",
+        [two_racks],
+        lambda: cmd(ReportJobRuntime, job="nope", action="requeued"),
         code="unknown_job",
     ),
 ]
