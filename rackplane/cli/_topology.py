@@ -18,7 +18,7 @@ from rackplane.importers import (
     dump_cluster_file,
     load_cluster_file,
     load_k8s_nodes,
-    load_slurm_topology,
+    load_slurm_topology_with_notes,
 )
 from rackplane.models import Topology, TopologyIndex, printable
 
@@ -102,7 +102,11 @@ def show(
 def import_(
     slurm: Annotated[
         Path | None,
-        typer.Option("--slurm", help="Slurm topology.yaml or topology.conf (topology/block)."),
+        typer.Option(
+            "--slurm",
+            help="Slurm topology.yaml or topology.conf (topology/block or topology/tree), "
+            "or `scontrol show topology` output (tree).",
+        ),
     ] = None,
     k8s: Annotated[
         Path | None, typer.Option("--k8s", help="Output of `kubectl get nodes -o json`.")
@@ -117,22 +121,30 @@ def import_(
     name: Annotated[
         str | None, typer.Option(help="Which topology of a topology.yaml (default: the default).")
     ] = None,
+    domain_nodes: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Nodes of one NVLink domain: a Slurm tree's leaf switch holds at most this."
+        ),
+    ] = 18,
     pod_label: Annotated[str, typer.Option(help="Node label naming the IB pod.")] = POD_LABEL,
     superpod_label: Annotated[
         str, typer.Option(help="Node label naming the superpod.")
     ] = SUPERPOD_LABEL,
 ) -> None:
-    """Turn a Slurm block topology or Kubernetes node list into a rackplane cluster file."""
+    """Turn a Slurm block or tree topology or Kubernetes node list into a rackplane cluster file."""
     if (slurm is None) == (k8s is None):
         fail("give exactly one of --slurm FILE or --k8s FILE")
     skipped: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
     try:
         if slurm is not None:
-            topo = load_slurm_topology(
+            topo, notes = load_slurm_topology_with_notes(
                 slurm,
                 cluster=cluster or slurm.stem.replace(".", "-"),
                 gpus_per_node=gpus_per_node,
                 name=name,
+                domain_nodes=domain_nodes,
             )
         else:
             assert k8s is not None
@@ -154,6 +166,8 @@ def import_(
         + (f" -> {output}" if output else ""),
         highlight=False,
     )
+    for note in notes:  # names from the file: data
+        errors.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if skipped:
         t = Table(title=f"Skipped {len(skipped)} nodes", title_justify="left")
         t.add_column("node")

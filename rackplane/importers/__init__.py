@@ -1,4 +1,4 @@
-"""Topology sources: rackplane cluster files, Slurm block topologies, Kubernetes node labels.
+"""Topology sources: rackplane cluster files, Slurm block and tree topologies, Kubernetes labels.
 
 Every source produces the same `rackplane.models.Topology`. Parsing is pure (text in, model
 out); the `load_*` helpers only read the file first. A bad file raises `TopologyFileError`,
@@ -22,7 +22,13 @@ from rackplane.importers.k8s import (
     load_k8s_nodes,
     parse_k8s_nodes,
 )
-from rackplane.importers.slurm import load_slurm_topology, parse_slurm_topology
+from rackplane.importers.slurm import (
+    SlurmTree,
+    load_slurm_topology,
+    load_slurm_topology_with_notes,
+    parse_slurm_topology,
+    parse_slurm_tree,
+)
 
 __all__ = [
     "CLIQUE_LABEL",
@@ -31,6 +37,7 @@ __all__ = [
     "SUPERPOD_LABEL",
     "ClusterFile",
     "K8sImport",
+    "SlurmTree",
     "TopologyFileError",
     "compress_hostlist",
     "dump_cluster_file",
@@ -38,7 +45,9 @@ __all__ = [
     "load_cluster_file",
     "load_k8s_nodes",
     "load_slurm_topology",
+    "load_slurm_topology_with_notes",
     "parse_cluster_file",
     "parse_k8s_nodes",
     "parse_slurm_topology",
+    "parse_slurm_tree",
 ]

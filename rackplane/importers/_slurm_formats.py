@@ -1,11 +1,16 @@
-"""Read Slurm's two block-topology files into one neutral `BlockLayout`.
+"""Read Slurm's topology files into neutral layouts: blocks for topology/block, switches for tree.
 
 Theory of operation: `topology.yaml` (Slurm 25.05+) is a list of named topologies, each one of
-block, tree or flat; `topology.conf` (classic) is `BlockName=... Nodes=...` lines plus an
-optional `BlockSizes=` line. Both say the same thing for the block plugin: base blocks (NVLink
-domains) in file order, with aggregation sizes. Each reader checks its own syntax, picks the
-block topology, and returns the blocks with the place each was written, so `slurm.py` can
-group them into pods without caring which file they came from.
+block, tree or flat; the classic `topology.conf` holds one plugin's lines: `BlockName=...
+Nodes=...` plus an optional `BlockSizes=` (topology/block) or `SwitchName=... Nodes=|Switches=`
+(topology/tree). `scontrol show topology` (22.05) prints the tree in the conf's own syntax, one
+line per switch with `Level=` added and, on upper switches, every node below them in `Nodes=`.
+
+Each reader checks its own syntax and returns the entries with the place each was written:
+`BlockLayout` (base blocks in file order, with aggregation sizes) or a tuple of `SwitchSpec`
+(switches in file order, children by name). `slurm.py` turns them into racks and pods without
+caring which file they came from; checks that span several lines (unknown children, cycles,
+two parents) are its job, not the readers'.
 """
 
 from __future__ import annotations
@@ -24,7 +29,18 @@ from rackplane.models._ids import Id, RackId
 
 NEEDS_BLOCK = "rackplane needs the topology/block plugin: NVLink domains are blocks"
 _CONF_PARAMETERS = {"blockname": "BlockName", "nodes": "Nodes", "blocksizes": "BlockSizes"}
-_TREE_PARAMETERS = frozenset({"switchname", "switches", "linkspeed"})
+_TREE_PARAMETERS = {
+    "switchname": "SwitchName",
+    "switches": "Switches",
+    "nodes": "Nodes",
+    "linkspeed": "LinkSpeed",
+    "level": "Level",
+}
+CUT_HINT = (
+    "if this is `scontrol show topology` output, scontrol cuts each line at SLURM_TOPO_LEN "
+    "characters (default 512): run it as `SLURM_TOPO_LEN=65536 scontrol show topology`"
+)
+"""Appended to errors that a line cut short by scontrol would cause."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +51,37 @@ class BlockSpec:
     nodes: tuple[str, ...]
     where: Where
     nodes_where: Where
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchSpec:
+    """One switch of a topology/tree: its name, nodes and child switches, and its line."""
+
+    name: str
+    nodes: tuple[str, ...]
+    """A leaf's nodes; on an upper switch, what scontrol lists below it (in topology.conf: ())."""
+    switches: tuple[str, ...]
+    """Child switch names in the order written; () for a leaf."""
+    line: int
+    level: int | None = None
+    """`Level=` as `scontrol show topology` prints it; None in topology.conf."""
+
+    @property
+    def is_leaf(self) -> bool:
+        """A switch without child switches: its nodes hang off it directly."""
+        return not self.switches
+
+    @property
+    def where(self) -> Where:
+        return Where(self.line, "SwitchName")
+
+    @property
+    def nodes_where(self) -> Where:
+        return Where(self.line, "Nodes")
+
+    @property
+    def switches_where(self) -> Where:
+        return Where(self.line, "Switches")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +237,14 @@ def read_topology_conf(text: str, source: str, name: str | None) -> BlockLayout:
     )
 
 
-def _parameters(line: str, source: str, number: int) -> list[tuple[str, str]]:
-    """`BlockName=b1 Nodes=gb[1-2]` -> [("blockname", "b1"), ("nodes", "gb[1-2]")]."""
+def _parameters(
+    line: str, source: str, number: int, allowed: dict[str, str] = _CONF_PARAMETERS
+) -> list[tuple[str, str]]:
+    """`BlockName=b1 Nodes=gb[1-2]` -> [("blockname", "b1"), ("nodes", "gb[1-2]")].
+
+    Names are case-insensitive (as Slurm reads them); `allowed` maps each lowered name to the
+    spelling used in errors.
+    """
     params: list[tuple[str, str]] = []
     for token in line.split():
         key, sep, value = token.partition("=")
@@ -200,14 +253,10 @@ def _parameters(line: str, source: str, number: int) -> list[tuple[str, str]]:
             raise TopologyFileError(
                 source, "expected Parameter=value", line=number, got=repr(token)
             )
-        if lowered in _TREE_PARAMETERS:
-            raise TopologyFileError(
-                source, NEEDS_BLOCK, line=number, field=key, got="a topology/tree line"
-            )
-        if lowered not in _CONF_PARAMETERS:
+        if lowered not in allowed:
             raise TopologyFileError(
                 source,
-                f"unknown parameter {key!r} (allowed: {', '.join(_CONF_PARAMETERS.values())})",
+                f"unknown parameter {key!r} (allowed: {', '.join(allowed.values())})",
                 line=number,
                 field=key,
             )
@@ -255,15 +304,126 @@ def _block(params: list[tuple[str, str]], source: str, number: int) -> BlockSpec
         raise TopologyFileError(
             source, "expected BlockSizes on its own line", line=number, field="BlockSizes"
         )
-    try:
-        nodes = tuple(expand_hostlist(values["nodes"]))
-    except ValueError as err:
-        raise TopologyFileError(
-            source, f"expected a hostlist expression: {err}", line=number, field="Nodes"
-        ) from None
+    nodes = _hostlist(values["nodes"], source, number, "Nodes")
     return BlockSpec(
         name=values["blockname"],
         nodes=nodes,
         where=Where(number, "BlockName"),
         nodes_where=Where(number, "Nodes"),
     )
+
+
+def _hostlist(text: str, source: str, number: int, field: str, hint: str = "") -> tuple[str, ...]:
+    try:
+        return tuple(expand_hostlist(text))
+    except ValueError as err:
+        raise TopologyFileError(
+            source, f"expected a hostlist expression: {err}{hint}", line=number, field=field
+        ) from None
+
+
+# --- topology/tree: topology.conf SwitchName lines, `scontrol show topology` -----------------
+
+
+def read_topology_tree(text: str, source: str) -> tuple[SwitchSpec, ...]:
+    """Read topology/tree lines: a classic `topology.conf` or `scontrol show topology` output.
+
+    A line with `Level=` is read as scontrol prints it (an upper switch lists its child switches
+    and, in `Nodes=`, every node below it); a line without is read as topology.conf has it (a
+    switch has nodes or child switches, not both).
+    """
+    switches: list[SwitchSpec] = []
+    first_line: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0]
+        key = line.split("=", 1)[0].strip().lower()
+        if key in ("blockname", "blocksizes"):
+            raise TopologyFileError(
+                source,
+                "expected SwitchName= lines only: the file has SwitchName= lines "
+                f"(topology/tree), and {_CONF_PARAMETERS[key]}= belongs to topology/block",
+                line=number,
+                field=_CONF_PARAMETERS[key],
+            )
+        params = _parameters(line, source, number, _TREE_PARAMETERS)
+        if not params:
+            continue
+        if params[0][0] != "switchname":
+            raise TopologyFileError(
+                source,
+                "expected a line to start with SwitchName=",
+                line=number,
+                field=_TREE_PARAMETERS[params[0][0]],
+            )
+        spec = _switch(dict(params), source, number)
+        earlier = first_line.setdefault(spec.name, number)
+        if earlier != number:
+            raise TopologyFileError(
+                source,
+                f"expected a unique switch name; {spec.name!r} is already used at line {earlier}",
+                line=number,
+                field="SwitchName",
+            )
+        switches.append(spec)
+    return tuple(switches)
+
+
+def _switch(values: dict[str, str], source: str, number: int) -> SwitchSpec:
+    level = _count(values, "level", source, number)
+    _count(values, "linkspeed", source, number)  # checked, not used: hops are what matter
+    has_nodes, has_switches = "nodes" in values, "switches" in values
+    if not has_nodes and not has_switches:
+        raise TopologyFileError(
+            source,
+            "expected Nodes=<hostlist> or Switches=<hostlist> on a SwitchName line",
+            line=number,
+            field="SwitchName",
+        )
+    if level is None and has_nodes and has_switches:
+        raise TopologyFileError(
+            source,
+            "expected Nodes= or Switches= on a topology.conf SwitchName line, not both "
+            "(a switch has nodes or child switches)",
+            line=number,
+            field="Switches",
+        )
+    if level == 0 and has_switches:
+        raise TopologyFileError(
+            source,
+            "expected no Switches= on a Level=0 switch (level 0 is a leaf)",
+            line=number,
+            field="Switches",
+        )
+    if level is not None and level > 0 and not has_switches:
+        raise TopologyFileError(
+            source,
+            f"expected Switches= on a Level={level} switch; {CUT_HINT}",
+            line=number,
+            field="SwitchName",
+        )
+    hint = f"; {CUT_HINT}" if level is not None else ""
+    return SwitchSpec(
+        name=values["switchname"],
+        nodes=_hostlist(values["nodes"], source, number, "Nodes", hint) if has_nodes else (),
+        switches=(
+            _hostlist(values["switches"], source, number, "Switches", hint) if has_switches else ()
+        ),
+        line=number,
+        level=level,
+    )
+
+
+def _count(values: dict[str, str], key: str, source: str, number: int) -> int | None:
+    """A whole-number parameter (`Level=`, `LinkSpeed=`), or None when the line lacks it."""
+    if key not in values:
+        return None
+    text = values[key]
+    if not (text.isascii() and text.isdigit()):
+        raise TopologyFileError(
+            source,
+            "expected a whole number",
+            line=number,
+            field=_TREE_PARAMETERS[key],
+            got=repr(text),
+        )
+    return int(text)

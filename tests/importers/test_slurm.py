@@ -1,4 +1,7 @@
-"""Slurm block topologies (topology.yaml and topology.conf) as rackplane topologies."""
+"""Slurm block topologies (topology.yaml and topology.conf) as rackplane topologies.
+
+Trees (topology/tree) are in test_slurm_tree.py.
+"""
 
 from __future__ import annotations
 
@@ -117,19 +120,21 @@ def test_the_only_block_topology_is_used_when_none_is_the_cluster_default() -> N
     assert {r.pod for r in topology.racks} == {"nvl-pod01"}
 
 
-@pytest.mark.parametrize(
-    ("name", "want_line", "want_field"),
-    [
-        pytest.param("tree.yaml", 4, "[0].tree", id="a tree topology in topology.yaml"),
-        pytest.param("tree.conf", 2, "SwitchName", id="SwitchName lines in topology.conf"),
-    ],
-)
-def test_a_tree_topology_is_refused_with_a_pointer_to_topology_block(
-    name: str, want_line: int, want_field: str
-) -> None:
+def test_a_tree_topology_in_topology_yaml_is_refused_with_a_pointer_to_topology_block() -> None:
     with pytest.raises(TopologyFileError, match=NEEDS_BLOCK) as caught:
-        load_slurm_topology(FIXTURES / name, cluster="c")
-    assert (caught.value.line, caught.value.field) == (want_line, want_field)
+        load_slurm_topology(FIXTURES / "tree.yaml", cluster="c")
+    assert (caught.value.line, caught.value.field) == (4, "[0].tree")
+
+
+# tree.conf: two 8-node leaves under a spine; NVLink domains of 18 nodes, so partial racks.
+def test_switchname_lines_in_topology_conf_are_read_as_a_tree_of_partial_racks() -> None:
+    topology = load_slurm_topology(FIXTURES / "tree.conf", cluster="c")
+    assert [(r.id, r.pod, len(r.nodes)) for r in topology.racks] == [
+        ("leaf1", "spine", 8),
+        ("leaf2", "spine", 8),
+    ]
+    whole = load_slurm_topology(FIXTURES / "tree.conf", cluster="c", domain_nodes=8)
+    assert whole == topology
 
 
 def test_choosing_the_tree_topology_by_name_is_refused_too() -> None:
@@ -212,7 +217,7 @@ def test_a_broken_slurm_file_names_the_file_and_line(name: str, want: str) -> No
         ),
         pytest.param(
             "# nothing but comments\n\n",
-            "t: expected a Slurm block topology",
+            "t: expected a Slurm topology: BlockName= or SwitchName= lines",
             id="an empty file",
         ),
         pytest.param(
