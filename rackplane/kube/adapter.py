@@ -27,9 +27,6 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from aiokafka import TopicPartition
-from pydantic import ValidationError
-
 from rackplane.importers.errors import TopologyFileError
 from rackplane.importers.k8s import (
     CLIQUE_LABEL,
@@ -55,18 +52,16 @@ from rackplane.kube.plan import (
     Annotate,
     Bind,
     Evict,
-    Order,
     Recreate,
     Ungate,
     View,
     plan,
 )
 from rackplane.models import ClusterId, Event, NodeCordoned, NodeUncordoned, Topology
-from rackplane.projections import ClusterState, EventGap, evolve, initial_state
+from rackplane.projections import ClusterState
 from rackplane.streams.client import Client
-from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
-from rackplane.streams.eventlog import is_marker
+from rackplane.streams.mirror import ClusterMirror, Outbox
 
 log = logging.getLogger("rackplane.kube")
 
@@ -99,8 +94,11 @@ class KubeAdapter:
         self.settle, self.resend_after = settle, resend_after
         self._slots = asyncio.Semaphore(concurrency)
 
-        self.state: ClusterState = initial_state(cluster)
         self.kube_cordoned: set[str] = set()
+        self.mirror = ClusterMirror(
+            config, cluster, on_event=lambda e: _tally_cordon(self.kube_cordoned, e), log=log
+        )
+        self.outbox = Outbox(key=key, resend_after=resend_after, log=log)
         self.nodes: dict[str, Json] = {}
         self.pods: dict[PodKey, Json] = {}
         self._node_views: dict[str, NodeView] = {}
@@ -115,11 +113,9 @@ class KubeAdapter:
         self._busy: set[PodKey] = set()
         self._in_flight: dict[tuple[str, str], int] = defaultdict(int)
         """Actions under way per gang (namespace, job label)."""
-        self._outbox: dict[tuple[str, str], float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self.listed = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
-        self.caught_up = asyncio.Event()
 
     # -- the loops ------------------------------------------------------------------------------
 
@@ -140,6 +136,28 @@ class KubeAdapter:
                 for task in [*loops, *self._tasks]:
                     task.cancel()
                 await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
+
+    @property
+    def state(self) -> ClusterState:
+        """The cluster as rackplane decided it (folded from the log)."""
+        return self.mirror.state
+
+    @property
+    def caught_up(self) -> asyncio.Event:
+        return self.mirror.caught_up
+
+    async def _follow(self, client: Client) -> None:
+        wake = asyncio.create_task(self._forward_changes())
+        try:
+            await self.mirror.follow(client)
+        finally:
+            wake.cancel()
+
+    async def _forward_changes(self) -> None:
+        while True:
+            await self.mirror.changed.wait()
+            self.mirror.changed.clear()
+            self._wake.set()
 
     async def ready(self) -> None:
         """Both lists are in and the log is read to where it ended at the start."""
@@ -228,53 +246,6 @@ class KubeAdapter:
                         self._leaving.discard(key)
         self._wake.set()
 
-    async def _follow(self, client: Client) -> None:
-        consumer = client.reader("events")
-        await consumer.start()
-        try:
-            topic = self.config.topic("events")
-            parts = consumer.partitions_for_topic(topic)
-            if not parts:  # metadata not in yet: ask, so "read to the end" means the end
-                await consumer.topics()
-                parts = consumer.partitions_for_topic(topic) or set()
-            ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
-            waiting = {tp: end for tp, end in ends.items() if end > 0}
-            if not waiting:
-                self.caught_up.set()
-            key = self.cluster.encode()
-            while True:
-                batch = await consumer.getmany(timeout_ms=500)
-                for tp, records in batch.items():
-                    for record in records:
-                        if record.key == key and record.value and not is_marker(record.headers):
-                            self._fold(client, record)
-                    if tp in waiting and records and records[-1].offset + 1 >= waiting[tp]:
-                        del waiting[tp]
-                if not self.caught_up.is_set():
-                    for tp in list(waiting):
-                        if await consumer.position(tp) >= waiting[tp]:
-                            del waiting[tp]
-                    if not waiting:
-                        log.info("kube: the log is read (seq %d)", self.state.seq)
-                        self.caught_up.set()
-                if batch:
-                    self._wake.set()
-        finally:
-            await consumer.stop()
-
-    def _fold(self, client: Client, record: Any) -> None:
-        try:
-            event = decode_event(record.value)
-        except (ValidationError, ValueError):
-            return
-        if event.cluster != self.cluster or not client.trusted(record, event):
-            return
-        try:
-            self.state = evolve(self.state, event)
-        except EventGap as err:
-            raise RuntimeError(f"the log of {self.cluster} has a gap: {err}") from err
-        _tally_cordon(self.kube_cordoned, event)
-
     async def _reconcile(self, client: Client) -> None:
         await self.ready()
         log.info("kube: reconciling cluster %s", self.cluster)
@@ -286,7 +257,7 @@ class KubeAdapter:
                 await asyncio.sleep(self.settle)  # let a burst of watch events land first
             p = plan(self.state, self.view(), actor=self.actor)
             self._act(p.actions)
-            await self._send(client, p.orders)
+            await self.outbox.send(client, p.orders)
 
     # -- the pictures ---------------------------------------------------------------------------
 
@@ -332,26 +303,6 @@ class KubeAdapter:
         return found.topology
 
     # -- acting ---------------------------------------------------------------------------------
-
-    async def _send(self, client: Client, orders: tuple[Order, ...]) -> None:
-        now = asyncio.get_running_loop().time()
-        wanted: set[tuple[str, str]] = set()
-        slot: tuple[str, str]
-        acks = []
-        for order in orders:
-            slot = (order.subject, order.command.type)
-            wanted.add(slot)
-            sent = self._outbox.get(slot)
-            if sent is not None and now - sent < self.resend_after:
-                continue
-            command = self.key.sign(order.command) if self.key else order.command
-            acks.append(await client.send(command, wait=False))
-            self._outbox[slot] = now
-            log.info("kube: sent %s %s", command.type, command.id)
-        for slot in [s for s in self._outbox if s not in wanted]:
-            del self._outbox[slot]
-        if acks:
-            await asyncio.gather(*acks)
 
     def _act(self, actions: tuple[Action, ...]) -> None:
         by_pod: dict[PodKey, list[Action]] = defaultdict(list)
