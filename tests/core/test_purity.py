@@ -26,8 +26,12 @@ CORE = [
     "kube/objects.py",
     "kube/gangs.py",
     "kube/plan.py",
+    "slurm/__init__.py",
+    "slurm/objects.py",
+    "slurm/plan.py",
 ]
-"""The pure parts: the Kubernetes adapter's rules too (its shell is `kube/adapter.py`)."""
+"""The pure parts: the Kubernetes and Slurm adapters' rules too (their shells are
+`kube/adapter.py`, `slurm/adapter.py` and `slurm/_commands.py`)."""
 ADAPTERS = {
     "faust",
     "textual",
@@ -119,7 +123,7 @@ def test_a_seeded_random_generator_is_allowed() -> None:
 def test_importing_the_core_loads_no_adapter() -> None:
     code = (
         "import sys, rackplane.models, rackplane.projections, rackplane.policies, "
-        "rackplane.sim, rackplane.engine, rackplane.kube\n"
+        "rackplane.sim, rackplane.engine, rackplane.kube, rackplane.slurm.plan\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(ADAPTERS)!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
