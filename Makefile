@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka test-acl test-k8s test-faults lint bench bench-kafka bench-k8s clean kcat
+.PHONY: up demo test test-kafka test-acl test-k8s test-slurm test-faults lint bench bench-kafka bench-k8s clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -52,6 +52,11 @@ test-acl: $(VENV)/.dev
 ## proxy (cached under ~/.cache/rackplane, keyed by version; ~9-17 min cold), started on 127.0.0.1
 test-k8s: $(VENV)/.dev
 	$(BIN)/python scripts/k8s/control_plane.py run -- $(BIN)/pytest -m k8s tests/k8s
+
+## test-slurm: the Slurm tier (issue 18): a real slurmctld 22.05 with a slurmd per node (3 racks x 18),
+## from Debian's packages unpacked into ~/.cache/rackplane (apt-get download, no install), on 127.0.0.1
+test-slurm: $(VENV)/.dev
+	$(BIN)/python scripts/slurm/slurm_cluster.py run -- $(BIN)/pytest -m slurm tests/slurm
 
 ## test-faults: the fault suite (issue 15): brokers killed and paused, workers crashed, bad
 ## input; on Apache Kafka 4.x (the suite starts its own) and on the embedded broker where a

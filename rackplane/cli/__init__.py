@@ -12,6 +12,7 @@ from rackplane.cli import (
     _kube,
     _replay,
     _sim,
+    _slurm,
     _streams,
     _tui,
     _up,
@@ -41,6 +42,7 @@ _tui.register(app)
 _replay.register(app)
 _history.register(app)
 _kube.register(app)
+_slurm.register(app)
 
 
 @app.command()

@@ -9,7 +9,6 @@ cordons); `admin` too for a `kubectl uncordon` or a new node to reach a cluster 
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +16,7 @@ import typer
 
 from rackplane.cli._client import Broker, Cluster, Prefix, _key, _settings
 from rackplane.cli._config import ConfigFile
-from rackplane.cli._render import checked, errors, fail
+from rackplane.cli._render import checked, errors, fail, log_to_stderr
 from rackplane.models import Actor as ActorId
 from rackplane.models import ClusterId
 
@@ -66,12 +65,7 @@ def kube(
     from rackplane.kube.adapter import KubeAdapter
 
     checked(ClusterId, cluster, "--cluster")
-    level = logging.getLevelName(log_level.upper())
-    if not isinstance(level, int):
-        fail(f"--log-level: expected debug, info, warning or error, not {log_level!r}")
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True
-    )
+    log_to_stderr(log_level)
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig: no file {kubeconfig}")
     s = _settings(config_file, broker, prefix, actor)

@@ -40,6 +40,19 @@ def checked(kind: Any, value: str, option: str) -> str:
     return value
 
 
+def log_to_stderr(log_level: str) -> None:
+    """An adapter's logging: `log_level` (debug, info, warning, error) to stderr, one line a
+    record; a bad level is a one-line CLI error."""
+    import logging
+
+    level = logging.getLevelName(log_level.upper())
+    if not isinstance(level, int):
+        fail(f"--log-level: expected debug, info, warning or error, not {log_level!r}")
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True
+    )
+
+
 def print_json(data: Any) -> None:
     """JSON on stdout, nothing else (for scripts)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -7,8 +7,8 @@ read. Nothing here does I/O.
 
 A job's spec (rules):
     - The job id in rackplane is `slurm/<job id>`; its size is the job's node count (`-N`),
-      one rackplane node per Slurm node; its owner `slurm:<user>`; its name the job's name
-      when that is a valid label.
+      one rackplane node per Slurm node; its owner `slurm:<user>`. (The job's name is not
+      read: squeue has no safe way to print two user texts, see `SQUEUE_FORMAT`.)
     - The rest comes from the job's comment, when it starts with `rackplane:`: `key=value`
       words separated by spaces or commas, keys as in `rackplane submit` and the Kubernetes
       annotations: `slice-size`, `kind`, `priority`, `min-nodes-per-slice`,
@@ -19,19 +19,21 @@ A job's spec (rules):
 
 from __future__ import annotations
 
+import json
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from pydantic import ValidationError
 
+from rackplane.importers.hostlist import expand_hostlist
 from rackplane.models import JobSpec
 from rackplane.models._text import describe_error
 
 JOB_PREFIX = "slurm/"
 COMMENT_PREFIX = "rackplane:"
-HELD = frozenset({"JobHeldUser", "JobHeldAdmin"})
-"""squeue's reasons of a held job."""
+HELD = frozenset({"JobHeldUser", "JobHeldAdmin", "job requeued in held state"})
+"""squeue's reasons of a held job (the last after `scontrol requeuehold`, 22.05)."""
 ACTIVE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "STOPPED"})
 """Job states in which the job holds its nodes in Slurm."""
 PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT"})
@@ -39,9 +41,10 @@ FAILED = frozenset(
     {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 )
 DOWN_STATES = frozenset({"DOWN", "FAIL"})
-"""Node base states in which a node cannot run work: rackplane's `failed` (as are the flags
-FAIL and NOT_RESPONDING). UNKNOWN (a node slurmctld has not heard from since it started) and
-FUTURE are not failures."""
+"""Node base states in which a node cannot run work: rackplane's `failed` (as is the flag
+FAIL). NOT_RESPONDING alone is not: slurmctld shows it for 0.5-1 s after every RESUME and for
+SlurmdTimeout before it sets the node DOWN (`down*`), which is the failure. UNKNOWN (a node
+slurmctld has not heard from since it started) and FUTURE are not failures either."""
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 
 _FIELDS = (
@@ -56,7 +59,6 @@ _FIELDS = (
 _INTS = {"priority", "slice-size", "min-nodes-per-slice"}
 _DURATIONS = {"checkpoint-interval", "expected-duration"}
 _UNITS = {"s": 1, "m": 60, "h": 3600}
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 
 
 class SpecError(ValueError):
@@ -79,8 +81,8 @@ class SlurmNode(NamedTuple):
         out = []
         if self.state in DOWN_STATES or self.flags & {"FAIL", "FAILING"}:
             out.append(self.state.lower() if self.state in DOWN_STATES else "failing")
-        if "NOT_RESPONDING" in self.flags:
-            out.append("not responding")
+            if "NOT_RESPONDING" in self.flags:
+                out.append("not responding")
         if out and self.reason:
             out.append(self.reason)
         return tuple(out)
@@ -103,7 +105,6 @@ class SlurmJob(NamedTuple):
     required: tuple[str, ...]
     """Its ReqNodeList: the nodes it must run on (rackplane sets exactly the placed ones)."""
     user: str
-    name: str
     comment: str
     started: datetime | None = None
     """When its current run started (UTC; None while pending)."""
@@ -149,8 +150,6 @@ def job_spec(job: SlurmJob) -> JobSpec:
         else:
             values[key] = text
     values.setdefault("owner", f"slurm:{job.user}")
-    if job.name and _LABEL.match(job.name):
-        values.setdefault("name", job.name)
     try:
         return JobSpec(id=job.job, nodes=job.node_count, **values)
     except ValidationError as err:
@@ -179,3 +178,93 @@ def _duration(name: str, text: str) -> timedelta:
     if m is None or int(m.group(1)) == 0:
         raise SpecError(f"{name}: expected a positive duration such as 900, 90s, 30m, 2h")
     return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2) or "s"])
+
+
+# -- reading the client commands' output ---------------------------------------------------------
+
+SQUEUE_FIELDS = ("%i", "%T", "%D", "%r", "%N", "%n", "%u", "%S", "%k")
+"""What `squeue -o` prints of a job, in `SlurmJob`'s order. The one user text, the comment,
+comes last, so a separator inside it stays in it (sbatch takes any byte in a comment); the
+job's name is not printed, as a second user text could shift the fields."""
+FIELD_SEP = "\x1f"
+RECORD_END = "\x1e"
+SQUEUE_FORMAT = FIELD_SEP.join(SQUEUE_FIELDS) + RECORD_END
+"""squeue prints both control characters as they are (22.05); a comment may hold `|`, tabs and
+newlines, which a plain `|` format would split. A comment holding the record end cuts its
+record there: the rest does not parse and is reported, the job read with its comment cut."""
+
+
+class ParseError(ValueError):
+    """A client command printed something the adapter cannot read."""
+
+
+def parse_squeue(text: str) -> tuple[list[SlurmJob], list[str]]:
+    """The jobs of `squeue -h -o SQUEUE_FORMAT` (run with TZ=UTC), and one line per record
+    that could not be read."""
+    jobs: list[SlurmJob] = []
+    bad: list[str] = []
+    for raw in text.split(RECORD_END):
+        record = raw.removeprefix("\n")
+        if not record.strip():
+            continue
+        parts = record.split(FIELD_SEP, len(SQUEUE_FIELDS) - 1)
+        try:
+            if len(parts) != len(SQUEUE_FIELDS):
+                raise ParseError(f"{len(parts)} fields, expected {len(SQUEUE_FIELDS)}")
+            jid, state, count, reason, nodes, required, user, start, comment = parts
+            jobs.append(
+                SlurmJob(
+                    id=jid.strip(),
+                    state=state.strip().upper(),
+                    node_count=int(count),
+                    reason=reason.strip(),
+                    nodes=_hosts(nodes),
+                    required=_hosts(required),
+                    user=user.strip(),
+                    comment="" if comment == "(null)" else comment,
+                    started=_time(start),
+                )
+            )
+        except ValueError as err:
+            bad.append(f"{record[:80]!r}: {err}")
+    return jobs, bad
+
+
+def parse_sinfo_json(text: str, *, partition: str | None = None) -> dict[str, SlurmNode]:
+    """The nodes of `sinfo --json` (22.05: `nodes[]` with `name`, `state`, `state_flags`,
+    `reason`, `partitions`), those of `partition` only when given.
+
+    Raises:
+        ParseError: not the JSON sinfo prints.
+    """
+    try:
+        doc = json.loads(text)
+        raw_nodes = doc["nodes"]
+        out: dict[str, SlurmNode] = {}
+        for n in raw_nodes:
+            if partition is not None and partition not in (n.get("partitions") or ()):
+                continue
+            name = str(n["name"])
+            out[name] = SlurmNode(
+                name=name,
+                state=str(n.get("state") or "unknown").upper(),
+                flags=frozenset(str(f).upper() for f in n.get("state_flags") or ()),
+                reason=str(n.get("reason") or ""),
+            )
+        return out
+    except (ValueError, KeyError, TypeError) as err:
+        raise ParseError(f"sinfo --json printed something else: {err}") from None
+
+
+def _hosts(expression: str) -> tuple[str, ...]:
+    text = expression.strip()
+    if not text or text in ("(null)", "N/A"):
+        return ()
+    return tuple(expand_hostlist(text))
+
+
+def _time(text: str) -> datetime | None:
+    text = text.strip()
+    if not text or text in ("N/A", "Unknown", "None", "(null)"):
+        return None
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)

@@ -370,6 +370,13 @@ class _Planner:
             self.actions.append(
                 Requeue(j.id, f"rackplane moved job {jid} to other nodes (swap or migration)")
             )
+            self.report(
+                jid,
+                "requeued",
+                episode,
+                (),
+                f"{CAUSE_PREFIX}job {j.id} requeued and held: rackplane moved it to other nodes",
+            )
             return
         self.ended(j, job)
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import ssl
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -25,7 +22,8 @@ from typing import Any
 import pytest
 
 from rackplane.models import Event
-from rackplane.projections import ClusterState, evolve, initial_state
+from rackplane.projections import ClusterState
+from tests.adapter_process import AdapterProcess
 from tests.conftest import BrokerUnderTest
 from tests.streams.conftest import Pipeline, start_pipeline
 
@@ -118,8 +116,7 @@ class Story:
             for r in range(racks)
         }
         self.rack_of = {n: rack for rack, nodes in self.racks.items() for n in nodes}
-        self.adapter: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+        self.adapter = AdapterProcess(tmp)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -141,38 +138,23 @@ class Story:
 
     def start_adapter(self) -> None:
         config = self.pipeline.config
-        self.starts += 1
-        log = (self.tmp / f"adapter-{self.starts}.log").open("wb")
-        self.adapter = subprocess.Popen(
-            [sys.executable, "-m", "rackplane", "kube", "--cluster", self.cluster,
-             "--kubeconfig", self.api.kubeconfig, "--namespace", self.namespace,
-             "--node-selector", f"{RUN_LABEL}={self.tag}", "--broker", config.broker,
-             "--prefix", config.prefix, "--log-level", "info"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        self.adapter.start(
+            "kube", "--cluster", self.cluster, "--kubeconfig", self.api.kubeconfig,
+            "--namespace", self.namespace, "--node-selector", f"{RUN_LABEL}={self.tag}",
+            "--broker", config.broker, "--prefix", config.prefix, "--log-level", "info",
         )  # fmt: skip
 
     def kill_adapter(self) -> None:
-        if self.adapter is not None and self.adapter.poll() is None:
-            os.killpg(self.adapter.pid, signal.SIGKILL)
-            self.adapter.wait(10)
-        self.adapter = None
+        self.adapter.kill()
 
     def stop(self) -> None:
-        if self.adapter is not None and self.adapter.poll() is None:
-            os.killpg(self.adapter.pid, signal.SIGTERM)
-            try:
-                self.adapter.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.adapter.pid, signal.SIGKILL)
-        self.adapter = None
+        self.adapter.stop()
         self.api.call("DELETE", f"/api/v1/namespaces/{self.namespace}")
         selector = urllib.parse.quote(f"{RUN_LABEL}={self.tag}")
         self.api.call("DELETE", f"/api/v1/nodes?labelSelector={selector}")
 
     def adapter_log(self) -> str:
-        return "\n".join(
-            p.read_text(errors="replace")[-6000:] for p in sorted(self.tmp.glob("adapter-*.log"))
-        )
+        return self.adapter.log()
 
     # -- pods -----------------------------------------------------------------------------
 
@@ -224,7 +206,7 @@ class Story:
             pods = self.pods(job)
             if ok(pods):
                 return pods
-            if time.monotonic() > deadline or (self.adapter and self.adapter.poll() is not None):
+            if time.monotonic() > deadline or (self.adapter.starts and not self.adapter.running()):
                 phases = sorted((p["metadata"]["name"], p["status"].get("phase"),
                                  p["spec"].get("nodeName")) for p in pods)  # fmt: skip
                 raise AssertionError(
@@ -286,14 +268,10 @@ class Story:
         self, until: Callable[[ClusterState], bool], timeout: float = 90.0
     ) -> ClusterState:
         """The cluster's state folded from the log, once `until` holds of it."""
-        folded = [initial_state(self.cluster)]
-
-        def check(events: list[Event]) -> bool:  # called with one more event each time
-            folded[0] = evolve(folded[0], events[-1])
-            return until(folded[0])
-
-        await self.events(check, timeout)
-        return folded[0]
+        try:
+            return await self.pipeline.state(self.cluster, until, timeout)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\nadapter log:\n{self.adapter_log()}") from None
 
 
 @pytest.fixture(scope="module")

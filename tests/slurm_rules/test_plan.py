@@ -67,7 +67,6 @@ def slurm_job(id_: int, nodes: int, comment: str = "", **fields: Any) -> SlurmJo
         "nodes": (),
         "required": (),
         "user": "alice",
-        "name": f"train-{id_}",
         "comment": comment,
     }
     return SlurmJob(**(values | fields))
@@ -232,12 +231,17 @@ def test_a_node_set_down_is_reported_failed_with_slurms_reason_and_repaired_when
     assert world.state.nodes["r01n03"].health is Health.HEALTHY
 
 
-def test_a_node_not_responding_is_failed_but_unknown_at_start_is_not(world: World) -> None:
-    world.nodes["r01n01"] = SlurmNode("r01n01", "IDLE", frozenset({"NOT_RESPONDING"}))
+def test_down_and_not_responding_is_failed_but_not_responding_alone_or_unknown_is_not(
+    world: World,
+) -> None:
+    world.nodes["r01n01"] = SlurmNode("r01n01", "DOWN", frozenset({"NOT_RESPONDING"}), "gone")
     world.nodes["r01n02"] = SlurmNode("r01n02", "UNKNOWN", frozenset())
+    world.nodes["r01n03"] = SlurmNode("r01n03", "IDLE", frozenset({"NOT_RESPONDING"}))
     world.settle()
     assert world.state.nodes["r01n01"].health is Health.FAILED
+    assert world.state.nodes["r01n01"].cause == "slurm: down: not responding: gone"
     assert world.state.nodes["r01n02"].health is Health.HEALTHY
+    assert world.state.nodes["r01n03"].health is Health.HEALTHY  # idle* after a RESUME
 
 
 def test_a_drain_from_scontrol_is_a_cordon_and_its_resume_lifts_it(world: World) -> None:
@@ -323,9 +327,7 @@ def test_a_node_down_under_a_running_job_is_swapped_and_the_job_restarts_on_the_
 def test_a_preempted_job_is_requeued_held_and_placed_again(world: World) -> None:
     world.sbatch(15, 4)
     world.settle()
-    world.handle(
-        PreemptJobs(id="p-1", cluster=CLUSTER, actor="policy:defrag", jobs=("slurm/15",))
-    )
+    world.handle(PreemptJobs(id="p-1", cluster=CLUSTER, actor="policy:defrag", jobs=("slurm/15",)))
     world.now += timedelta(seconds=1)  # the policies placed it again, maybe on the same nodes
     p = world.plan()
     assert [type(a) for a in p.actions] == [Requeue]
@@ -410,7 +412,7 @@ def test_the_comment_gives_the_spec() -> None:
     )
     assert spec.checkpoint_interval is not None
     assert spec.checkpoint_interval.total_seconds() == 1800
-    assert (spec.owner, spec.name) == ("slurm:alice", "train-30")
+    assert spec.owner == "slurm:alice"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from rackplane.models import (
     RegisterTopology,
     Topology,
 )
+from rackplane.projections import ClusterState, evolve, initial_state
 from rackplane.streams.client import Client, ensure_topics
 from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
@@ -89,6 +90,22 @@ class Pipeline:
                     f"worker log (last 60 lines):\n{self.worker.log_tail(60)}"
                 ) from None
         return got
+
+    async def state(
+        self,
+        cluster: str,
+        until: Callable[[ClusterState], bool],
+        timeout: float = READ_TIMEOUT_S,
+    ) -> ClusterState:
+        """The cluster's state folded from the log, event by event, once `until` holds of it."""
+        folded = [initial_state(cluster)]
+
+        def check(events: list[Event]) -> bool:  # called with one more event each time
+            folded[0] = evolve(folded[0], events[-1])
+            return until(folded[0])
+
+        await self.events(cluster, check, timeout)
+        return folded[0]
 
 
 async def quiet_log(
