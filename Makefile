@@ -56,7 +56,7 @@ test-k8s: $(VENV)/.dev
 ## test-slurm: the Slurm tier (issue 18): a real slurmctld 22.05 with a slurmd per node (3 racks x 18),
 ## from Debian's packages unpacked into ~/.cache/rackplane (apt-get download, no install), on 127.0.0.1
 test-slurm: $(VENV)/.dev
-	$(BIN)/python scripts/slurm/slurm_cluster.py run -- $(BIN)/pytest -m slurm tests/slurm
+	$(BIN)/python scripts/slurm/slurm_cluster.py run --job-submit-lua deploy/slurm/job_submit.lua -- $(BIN)/pytest -m slurm tests/slurm
 
 ## test-faults: the fault suite (issue 15): brokers killed and paused, workers crashed, bad
 ## input; on Apache Kafka 4.x (the suite starts its own) and on the embedded broker where a

@@ -27,9 +27,10 @@ The cycle, in steps:
     4. Jobs rackplane placed: a pending job gets exactly the placed nodes and is released
        (started at once if Slurm requeued it); a running job on other nodes than rackplane's
        (its nodes moved) is requeued held, to be placed again; on the placed nodes it starts
-       (`StartJob`), or, after a move, it restarted (`ReportJobRuntime`). A running job that
-       lost failed nodes and still runs (`--no-kill`) shrank. Completed: `CompleteJob`;
-       failed, timed out, node-failed: `FailJob`; cancelled in Slurm: `CancelJob`.
+       (`StartJob`), or, after a move, it restarted (`ReportJobRuntime`). A degraded job that
+       runs on fewer nodes (`--no-kill`: Slurm dropped the failed ones) shrank. Completed:
+       `CompleteJob`; failed, timed out, node-failed: `FailJob`; cancelled in Slurm:
+       `CancelJob`.
     5. Jobs rackplane queued again (preempted) that run are requeued held; jobs rackplane
        ended (cancelled by an operator) that still run or pend are cancelled in Slurm.
 
@@ -347,26 +348,25 @@ class _Planner:
                     )
                 elif job.status is JobStatus.PLACED:
                     self.order(f"job:{jid}", StartJob, f"slurm:start:{jid}:{episode}", job=jid)
-                elif episode != "0.0.0":
-                    self.report(
-                        jid,
-                        "restarted",
-                        episode,
-                        assigned,
-                        f"{CAUSE_PREFIX}job {j.id} runs again on {len(assigned)} nodes "
-                        "(requeued: its nodes moved)",
-                    )
+                else:
+                    if episode != "0.0.0":
+                        self.report(
+                            jid,
+                            "restarted",
+                            episode,
+                            assigned,
+                            f"{CAUSE_PREFIX}job {j.id} runs again on {len(assigned)} nodes "
+                            "(requeued: its nodes moved)",
+                        )
+                    if len(assigned) < job.spec.nodes:
+                        self.shrank(j, job, assigned)
                 return
             failed = {n for n in running - set(assigned) if self._failed(n)}
             if set(assigned) < running and failed == running - set(assigned):
-                self.report(
-                    jid,
-                    "shrank",
-                    episode,
-                    assigned,
-                    f"{CAUSE_PREFIX}job {j.id} runs on without {', '.join(sorted(failed)[:5])}",
-                )
+                self.shrank(j, job, assigned)
                 return
+            if running < set(assigned) and all(self._down(n) for n in set(assigned) - running):
+                return  # `--no-kill`: Slurm dropped failed nodes; rackplane decides first
             self.actions.append(
                 Requeue(j.id, f"rackplane moved job {jid} to other nodes (swap or migration)")
             )
@@ -405,14 +405,27 @@ class _Planner:
                 reason=_clip(reason),
             )
 
+    def shrank(self, j: SlurmJob, job: JobState, assigned: tuple[str, ...]) -> None:
+        """A degraded job runs on fewer nodes: with `--no-kill` Slurm took the failed nodes
+        out of its allocation and it runs on (requeued and restarted on fewer, without)."""
+        self.report(
+            job.spec.id,
+            "shrank",
+            str(len(assigned)),
+            assigned,
+            f"{CAUSE_PREFIX}job {j.id} runs on {len(assigned)} of its {job.spec.nodes} nodes "
+            "(degraded)",
+        )
+
     def report(
-        self, jid: str, action: RuntimeAction, episode: str, nodes: tuple[str, ...], detail: str
+        self, jid: str, action: RuntimeAction, anchor: str, nodes: tuple[str, ...], detail: str
     ) -> None:
-        id_ = f"slurm:{action}:{jid}:{episode}"
+        """`ReportJobRuntime`, once per (job, action, anchor: an episode of moves, a size)."""
+        id_ = f"slurm:{action}:{jid}:{anchor}"
         if id_ in self.v.reported:
             return
         self.order(
-            f"job:{jid}",
+            f"job:{jid}:{action}",
             ReportJobRuntime,
             id_,
             job=jid,
@@ -436,6 +449,10 @@ class _Planner:
             and job.placed_at is not None
             and j.started < job.placed_at
         )
+
+    def _down(self, node: str) -> bool:
+        v = self.v.nodes.get(node)
+        return v is None or bool(v.problems) or self._failed(node)
 
     def _failed(self, node: str) -> bool:
         n = self.s.nodes.get(node)

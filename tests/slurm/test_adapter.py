@@ -36,6 +36,7 @@ from rackplane.models import (
     NodeFailed,
     NodeSwapped,
     NodeUncordoned,
+    SliceDegraded,
 )
 from rackplane.projections import ClusterState
 from tests.adapter_process import AdapterProcess
@@ -87,9 +88,9 @@ class Story:
 
     # -- Slurm --------------------------------------------------------------------------------
 
-    def submit(self, nodes: int, comment: str) -> int:
+    def submit(self, nodes: int, comment: str, *more: str) -> int:
         return self.slurm.sbatch(
-            "--hold", "--exclusive", "-N", str(nodes), "--comment", comment, "--wrap", WAIT
+            "--hold", "--exclusive", "-N", str(nodes), "--comment", comment, *more, "--wrap", WAIT
         )
 
     def finish(self, job: int) -> None:
@@ -146,6 +147,11 @@ def nodes_of(state: ClusterState, job: str) -> list[str]:
     return [n for s in state.jobs[job].slices for n in s.nodes]
 
 
+def swaps(state: ClusterState, job: str) -> int:
+    found = state.jobs.get(job)
+    return found.swaps if found is not None else -1
+
+
 def status(state: ClusterState, job: str) -> JobStatus | None:
     found = state.jobs.get(job)
     return found.status if found is not None else state.finished.get(job)
@@ -199,7 +205,7 @@ async def test_a_node_set_down_under_a_job_is_replaced_by_its_racks_spare(story:
     after = story.running_on(job)
     took = time.monotonic() - downed
     assert after == (before - {victim}) | {swap.new_node}  # type: ignore[attr-defined]
-    state = await story.state(lambda s: running(job_of(job))(s) and s.jobs[job_of(job)].swaps)
+    state = await story.state(lambda s: running(job_of(job))(s) and swaps(s, job_of(job)) > 0)
     assert after == set(nodes_of(state, job_of(job)))
     (report,) = [e for e in of_type(JobRuntimeReported)(events) if e.action == "restarted"]  # type: ignore[attr-defined]
     assert set(report.nodes) == after  # type: ignore[attr-defined]
@@ -289,6 +295,61 @@ async def test_the_adapter_killed_mid_story_resumes_without_placing_anything_twi
     assert len(of_type(JobPlaced)(events)) == 1
     assert len(of_type(JobStarted)(events)) == 1
     assert len(of_type(NodeSwapped)(events)) == 1
-    state = await story.state(lambda s: running(job_of(job))(s) and s.jobs[job_of(job)].swaps)
+    state = await story.state(lambda s: running(job_of(job))(s) and swaps(s, job_of(job)) > 0)
     assert victim not in story.running_on(job)
     assert story.running_on(job) == set(nodes_of(state, job_of(job)))
+
+
+async def test_a_job_held_by_the_submit_plugin_is_placed_and_a_bad_comment_is_said_back(
+    story: Story,
+) -> None:
+    # deploy/slurm/job_submit.lua holds every job of the partition: no --hold needed
+    job = story.slurm.sbatch(
+        "--exclusive", "-N", "4", "--comment", "rackplane: slice-size=4", "--wrap", WAIT
+    )
+    bad = story.slurm.sbatch(
+        "--exclusive", "-N", "4", "--comment", "rackplane: slice-size=four", "--wrap", WAIT
+    )
+    state = await story.state(running(job_of(job)))
+    assert story.running_on(job) == set(nodes_of(state, job_of(job)))
+    shown = story.slurm.until(
+        f"job {bad}'s AdminComment",
+        lambda: story.slurm.cmd("scontrol", "show", "job", str(bad)),
+        lambda text: "AdminComment=rackplane: slice-size" in text,
+        30.0,
+    )
+    assert "AdminComment=rackplane: slice-size: expected a whole number, got 'four'" in shown
+    assert story.slurm.job(bad).state == "PENDING"  # held: Slurm did not start it either
+    assert job_of(bad) not in state.jobs
+
+
+async def test_a_no_kill_job_shrinks_in_place_when_its_rack_has_no_spare_left(
+    story: Story,
+) -> None:
+    job = story.submit(16, "rackplane: slice-size=16 min-nodes-per-slice=14", "--no-kill")
+    state = await story.state(running(job_of(job)))
+    rack = RACK_OF[nodes_of(state, job_of(job))[0]]
+    downed = [min(story.running_on(job))]  # not the batch host: losing it ends the job
+
+    def reports(action: str) -> Callable[[list[Event]], list[Event]]:
+        return lambda es: [
+            e for e in es if isinstance(e, JobRuntimeReported) and e.action == action
+        ]
+
+    for k in (1, 2):  # the rack's two spares take the first two nodes' places
+        victim = next(n for n in nodes_of(state, job_of(job)) if n not in downed)
+        downed.append(victim)
+        story.slurm.cmd("scontrol", "update", f"NodeName={victim}", "State=DOWN", "Reason=xid")
+        await story.events(lambda es, k=k: len(reports("restarted")(es)) == k)
+        state = await story.state(lambda s, k=k: swaps(s, job_of(job)) == k)
+    victim = next(n for n in nodes_of(state, job_of(job)) if n not in downed)
+    story.slurm.cmd("scontrol", "update", f"NodeName={victim}", "State=DOWN", "Reason=xid")
+    events = await story.events(lambda es: bool(reports("shrank")(es)))
+    assert any(isinstance(e, SliceDegraded) for e in events)
+    (shrank,) = reports("shrank")(events)
+    state = await story.state(
+        lambda s: job_of(job) in s.jobs and len(nodes_of(s, job_of(job))) == 15
+    )
+    assert story.slurm.job(job).state == "RUNNING"
+    assert story.running_on(job) == set(nodes_of(state, job_of(job))) == set(shrank.nodes)  # type: ignore[attr-defined]
+    assert {RACK_OF[n] for n in shrank.nodes} == {rack}  # type: ignore[attr-defined]

@@ -191,6 +191,14 @@ class World:
             if j.active and node in j.nodes:
                 self.jobs[jid] = j._replace(state="PENDING", reason="BeginTime", nodes=())
 
+    def down_no_kill(self, node: str) -> None:
+        """A node set DOWN under `--no-kill` jobs: they run on without it."""
+        self.nodes[node] = self.nodes[node]._replace(state="DOWN", reason="bad gpu")
+        for jid, j in list(self.jobs.items()):
+            if j.active and node in j.nodes:
+                nodes = tuple(n for n in j.nodes if n != node)
+                self.jobs[jid] = j._replace(nodes=nodes, node_count=len(nodes))
+
     def end(self, id_: int, state: str, reason: str = "None") -> None:
         self.jobs[str(id_)] = self.jobs[str(id_)]._replace(state=state, reason=reason)
 
@@ -432,3 +440,22 @@ def test_a_bad_comment_is_refused_with_a_reason(comment: str, why: str) -> None:
 def test_a_comment_not_for_rackplane_leaves_the_defaults() -> None:
     spec = job_spec(slurm_job(32, 4, "my experiment | lr=3e-4"))
     assert spec.slice_size is None and spec.priority == 0
+
+
+def test_a_no_kill_job_runs_on_after_a_degrade_and_that_it_shrank_is_on_record(
+    world: World,
+) -> None:
+    world.sbatch(23, 5, "rackplane: slice-size=5 min-nodes-per-slice=3")
+    world.settle()
+    first, second = world.jobs["23"].nodes[:2]
+    world.down_no_kill(first)  # the rack's spare takes its place: requeued, restarted
+    world.settle()
+    assert world.state.jobs["slurm/23"].swaps == 1
+    world.down_no_kill(second)  # no spare left: rackplane degrades the slice
+    world.settle()
+    job = world.jobs["23"]
+    assert job.state == "RUNNING" and len(job.nodes) == 4
+    assert set(job.nodes) == set(placed_nodes(world, "slurm/23"))
+    reports = [(e.action, len(e.nodes)) for e in world.events if isinstance(e, JobRuntimeReported)]
+    assert reports == [("requeued", 0), ("restarted", 5), ("shrank", 4)]
+    assert world.plan() == Plan((), ())
