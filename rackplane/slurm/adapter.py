@@ -40,6 +40,7 @@ from rackplane.models import (
 )
 from rackplane.projections import ClusterState
 from rackplane.slurm._commands import SlurmCommands, SlurmError
+from rackplane.slurm.objects import ParseError
 from rackplane.slurm.plan import (
     Action,
     Cancel,
@@ -141,7 +142,7 @@ class SlurmAdapter:
         self.cycles += 1
         try:
             view = await self.view()
-        except SlurmError as err:
+        except (SlurmError, ParseError) as err:
             if not self._failing:
                 log.warning("slurm: cannot read slurmctld (%s); trying again", err)
             self._failing = True
@@ -171,6 +172,7 @@ class SlurmAdapter:
             problems=dict(self.problems),
             reported=frozenset(self.reported),
             cordons=dict(self.cordons),
+            complete=not bad,
         )
 
     async def _read_topology(self) -> Topology | None:

@@ -154,6 +154,8 @@ class View(NamedTuple):
     """Ids of the `ReportJobRuntime` commands the log already answered."""
     cordons: Mapping[str, str] = {}
     """The reason of each node's cordon in rackplane (from the log's `NodeCordoned`)."""
+    complete: bool = True
+    """Every job squeue printed was read: a job missing from `jobs` is gone from slurmctld."""
 
 
 def plan(state: ClusterState, view: View, *, actor: str) -> Plan:
@@ -166,6 +168,8 @@ def plan(state: ClusterState, view: View, *, actor: str) -> Plan:
         seen.add(job.job)
         p.job(job)
     for jid, job_state in sorted(state.jobs.items()):
+        if not view.complete:
+            break  # an unreadable line may be the job: not gone
         if jid.startswith("slurm/") and jid not in seen and job_state.status.holds_nodes:
             p.order(
                 f"job:{jid}",

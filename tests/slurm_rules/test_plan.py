@@ -372,6 +372,8 @@ def test_a_job_gone_from_slurmctld_while_it_held_nodes_fails(world: World) -> No
     world.sbatch(20, 2, "rackplane: slice-size=2")
     world.settle()
     del world.jobs["20"]
+    unread = plan(world.state, world.view()._replace(complete=False), actor=ACTOR)
+    assert unread == Plan((), ())  # an unreadable squeue line may be the job
     p = world.plan()
     assert [type(o.command) for o in p.orders] == [FailJob]
     world.settle()
