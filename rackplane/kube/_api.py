@@ -21,6 +21,8 @@ from rackplane.kube.objects import GATE, JOB_LABEL
 Json = dict[str, Any]
 
 _WATCH_TIMEOUT_S = 300
+POD_GROUPS_API = "/apis/scheduling.k8s.io/v1beta1"
+"""The Workload API's PodGroups as Kubernetes 1.37 serves them (beta, `GenericWorkload`)."""
 """A watch the server ends after this long is opened again from its last resourceVersion."""
 
 
@@ -37,6 +39,9 @@ class KubeApi:
 
     def __init__(self, api: client.ApiClient) -> None:
         self._client = api
+        self.pod_selector: str | None = JOB_LABEL
+        """The pods listed and watched: those labelled `rackplane.io/job`; None: every pod
+        (when gangs may be PodGroups', whose pods need no label)."""
 
     @classmethod
     async def connect(cls, kubeconfig: Path | None) -> KubeApi:
@@ -101,9 +106,26 @@ class KubeApi:
         return await self.call("GET", "/api/v1/nodes", query=query, timeout=120.0)
 
     async def list_pods(self, namespace: str | None) -> Json:
-        return await self.call(
-            "GET", _pods_path(namespace), query=[("labelSelector", JOB_LABEL)], timeout=120.0
-        )
+        query = [("labelSelector", self.pod_selector)] if self.pod_selector else []
+        return await self.call("GET", _pods_path(namespace), query=query, timeout=120.0)
+
+    async def list_pod_groups(self, namespace: str | None) -> Json:
+        return await self.call("GET", _groups_path(namespace), timeout=120.0)
+
+    async def serves_pod_groups(self) -> bool:
+        """Whether the server has the Workload API's PodGroups (`POD_GROUPS_API`: the
+        `GenericWorkload` gate and its runtime-config on).
+
+        Raises:
+            ApiError: the server did not answer (a 404 is an answer: no).
+        """
+        try:
+            found = await self.call("GET", POD_GROUPS_API)
+        except ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+        return any(r.get("name") == "podgroups" for r in found.get("resources") or ())
 
     async def watch(
         self, kind: str, namespace: str | None, version: str, selector: str | None = None
@@ -115,7 +137,11 @@ class KubeApi:
             ApiError: the watch could not start, or the server ended it with an error (410:
                 the version is too old; list again).
         """
-        path = "/api/v1/nodes" if kind == "nodes" else _pods_path(namespace)
+        path = {
+            "nodes": "/api/v1/nodes",
+            "pods": _pods_path(namespace),
+            "podgroups": _groups_path(namespace),
+        }[kind]
         query: list[tuple[str, Any]] = [
             ("watch", "true"),
             ("resourceVersion", version),
@@ -123,8 +149,9 @@ class KubeApi:
             ("timeoutSeconds", _WATCH_TIMEOUT_S),
         ]
         if kind == "pods":
-            query.append(("labelSelector", JOB_LABEL))
-        elif selector:
+            if self.pod_selector:
+                query.append(("labelSelector", self.pod_selector))
+        elif kind == "nodes" and selector:
             query.append(("labelSelector", selector))
         response = await self._request("GET", path, query=query, timeout=_WATCH_TIMEOUT_S + 30)
         try:
@@ -214,6 +241,12 @@ async def _chunks(response: Any) -> AsyncIterator[bytes]:
 
 def _pods_path(namespace: str | None) -> str:
     return "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+
+
+def _groups_path(namespace: str | None) -> str:
+    if namespace is None:
+        return f"{POD_GROUPS_API}/podgroups"
+    return f"{POD_GROUPS_API}/namespaces/{namespace}/podgroups"
 
 
 def pin_ops(spec: Mapping[str, Any], node: str) -> list[Json]:

@@ -3,7 +3,9 @@
 Theory of operation: three loops feed two pictures and one loop acts on them.
     - Two reflectors list the API server's nodes and the pods with a `rackplane.io/job` label,
       then watch them from that list's resourceVersion (listing again when the watch is too
-      old: 410), keeping each object as the API's JSON.
+      old: 410), keeping each object as the API's JSON. When the server has the Workload
+      API's PodGroups (`scheduling.k8s.io/v1beta1`, asked at the start), a third reflector
+      keeps them, and the pods reflector reads every pod (a PodGroup's pods need no label).
     - A follower reads the cluster's events from the start of the log and folds them into
       the cluster state (what rackplane decided).
     - Once both lists are in and the follower has reached the end the log had when it started,
@@ -39,9 +41,11 @@ from rackplane.keyfiles import KeyFile
 from rackplane.kube._api import ApiError, Json, KubeApi
 from rackplane.kube.objects import (
     AFFINITY_ANNOTATION,
+    GroupView,
     NodeView,
     PodKey,
     PodView,
+    group_view,
     node_view,
     pod_view,
     replacement,
@@ -116,15 +120,21 @@ class KubeAdapter:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self.listed = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
+        self.groups: dict[tuple[str, str], GroupView] = {}
+        """The PodGroups (when the server has the Workload API), by namespace and name."""
 
     # -- the loops ------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Reflect, follow and reconcile until cancelled."""
+        kinds = ["nodes", "pods"]
+        if await self._pod_groups_served():
+            self.api.pod_selector = None  # a PodGroup's pods carry no label: read every pod
+            self.listed["podgroups"] = asyncio.Event()
+            kinds.append("podgroups")
         async with Client(self.config) as client:
             loops = [
-                asyncio.create_task(self._reflect("nodes"), name="kube-nodes"),
-                asyncio.create_task(self._reflect("pods"), name="kube-pods"),
+                *(asyncio.create_task(self._reflect(k), name=f"kube-{k}") for k in kinds),
                 asyncio.create_task(self._follow(client), name="kube-follow"),
                 asyncio.create_task(self._reconcile(client), name="kube-reconcile"),
             ]
@@ -160,10 +170,25 @@ class KubeAdapter:
             self._wake.set()
 
     async def ready(self) -> None:
-        """Both lists are in and the log is read to where it ended at the start."""
-        await self.listed["nodes"].wait()
-        await self.listed["pods"].wait()
+        """Every list is in and the log is read to where it ended at the start."""
+        for listed in list(self.listed.values()):
+            await listed.wait()
         await self.caught_up.wait()
+
+    async def _pod_groups_served(self) -> bool:
+        for delay in _RETRY_S:
+            try:
+                served = await self.api.serves_pod_groups()
+            except ApiError as err:
+                log.warning(
+                    "kube: cannot ask for the Workload API (%s); again in %.1f s", err, delay
+                )
+                await asyncio.sleep(delay)
+                continue
+            log.info("kube: gangs of PodGroups (scheduling.k8s.io/v1beta1): %s", served)
+            return served
+        log.warning("kube: the Workload API is not known; gangs by label only")
+        return False
 
     async def _reflect(self, kind: str) -> None:
         failures = 0
@@ -171,8 +196,10 @@ class KubeAdapter:
             try:
                 if kind == "nodes":
                     listing = await self.api.list_nodes(self.node_selector)
-                else:
+                elif kind == "pods":
                     listing = await self.api.list_pods(self.namespace)
+                else:
+                    listing = await self.api.list_pod_groups(self.namespace)
                 self._replace(kind, listing.get("items") or [])
                 version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
                 self.listed[kind].set()
@@ -200,6 +227,10 @@ class KubeAdapter:
             for obj in items:
                 self._apply("nodes", "ADDED", obj)
             self._topology_stale = True
+        elif kind == "podgroups":
+            self.groups = {}
+            for obj in items:
+                self._apply("podgroups", "ADDED", obj)
         else:
             self.pods = {}
             self._pod_views = {}
@@ -223,6 +254,12 @@ class KubeAdapter:
                 if self._fabric.get(name) != fabric:
                     self._fabric[name] = fabric
                     self._topology_stale = True
+        elif kind == "podgroups":
+            group = group_view(obj)
+            if change == "DELETED":
+                self.groups.pop((group.namespace, group.name), None)
+            else:
+                self.groups[(group.namespace, group.name)] = group
         else:
             key = PodKey(str(meta.get("namespace") or "default"), str(meta.get("name", "")))
             if change == "DELETED":
@@ -274,6 +311,7 @@ class KubeAdapter:
             pods=pods,
             topology=self._topology,
             kube_cordoned=frozenset(self.kube_cordoned),
+            groups=self.groups,
         )
 
     def _as_done(self, p: PodView) -> PodView:

@@ -6,6 +6,8 @@ Rules of this file:
     - The spec comes from the gang's first pod by name: each field from its annotation, else
       its label, `rackplane.io/<field>`. `nodes` is required (one pod per node, so it is the
       gang's size); the rest default as `JobSpec` does; the owner defaults to `kube:<namespace>`.
+    - A PodGroup's gang (`objects.GroupView`): each field from the group's annotation first;
+      `nodes` defaults to the group's gang `minCount`.
     - Durations (`checkpoint-interval`, `expected-duration`) are seconds or `90s`, `30m`, `2h`.
     - A value that cannot be read refuses the gang with a one-line reason (`GangError`); the
       adapter writes it on the pods (`rackplane.io/problem`) and submits nothing.
@@ -19,7 +21,7 @@ from datetime import timedelta
 
 from pydantic import ValidationError
 
-from rackplane.kube.objects import GROUP, PodView
+from rackplane.kube.objects import GROUP, GroupView, PodView
 from rackplane.models import JobSpec
 from rackplane.models._text import describe_error
 
@@ -48,15 +50,22 @@ def job_id(namespace: str, label: str) -> str:
     return f"{namespace}/{label}"
 
 
-def gang_spec(pod: PodView) -> JobSpec:
-    """The job spec a gang's first pod asks for.
+def gang_spec(pod: PodView, group: GroupView | None = None) -> JobSpec:
+    """The job spec a gang's first pod (and its PodGroup, if any) asks for.
 
     Raises:
         GangError: a field is missing or cannot be read; the spec is invalid.
     """
     raw = _fields(pod.annotations, pod.labels)
+    if group is not None:
+        raw |= _fields(group.annotations, {})
+        if "nodes" not in raw and group.min_count is not None:
+            raw["nodes"] = str(group.min_count)
     if "nodes" not in raw:
-        raise GangError(f"{GROUP}/nodes is missing: say how many nodes (pods) the gang has")
+        raise GangError(
+            f"{GROUP}/nodes is missing: say how many nodes (pods) the gang has"
+            + (" (or give its PodGroup a gang minCount)" if group is not None else "")
+        )
     values: dict[str, object] = {}
     for name, text in raw.items():
         key = name.replace("-", "_")

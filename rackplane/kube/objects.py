@@ -6,6 +6,12 @@ Nothing here does I/O; the views are built again whenever an object changes.
 
 Names rackplane reads and writes (all under `rackplane.io/`):
     - label `rackplane.io/job`: the gang a pod belongs to (one job per namespace and value).
+      Without it, a pod of rackplane's (`schedulerName: rackplane`) whose
+      `spec.schedulingGroup.podGroupName` names a PodGroup (the Workload API,
+      `scheduling.k8s.io/v1beta1` in 1.37, behind the `GenericWorkload` gate) belongs to
+      that group's gang: the job is `<namespace>/<group>`, its size the group's
+      `spec.schedulingPolicy.gang.minCount`, the rest from the group's `rackplane.io/*`
+      annotations (then the pods').
     - labels or annotations `rackplane.io/nodes`, `kind`, `priority`, `slice-size`,
       `min-nodes-per-slice`, `checkpoint-interval`, `owner`, `name`: the job's spec (`gangs`).
     - scheduling gate `rackplane.io/placement`: the gate mode (kube-scheduler binds).
@@ -86,7 +92,7 @@ class PodView(NamedTuple):
 
     key: PodKey
     job: str
-    """The `rackplane.io/job` label's value."""
+    """The `rackplane.io/job` label's value, else the PodGroup it names (`group`)."""
     node: str
     """`spec.nodeName`, or where rackplane sent it in the gate mode; "" when unplaced."""
     bound: bool
@@ -104,6 +110,31 @@ class PodView(NamedTuple):
     labels: Mapping[str, str]
     generation: int
     base_name: str
+    group: str = ""
+    """`spec.schedulingGroup.podGroupName` when the gang is a PodGroup's ("" otherwise)."""
+
+
+class GroupView(NamedTuple):
+    """What the rules read of a PodGroup (`scheduling.k8s.io`, the Workload API)."""
+
+    namespace: str
+    name: str
+    min_count: int | None
+    """`spec.schedulingPolicy.gang.minCount`; None for a `basic` (not gang) group."""
+    annotations: Mapping[str, str]
+
+
+def group_view(obj: Mapping[str, Any]) -> GroupView:
+    """The view of a PodGroup (the API's JSON)."""
+    meta, spec = _part(obj, "metadata"), _part(obj, "spec")
+    gang = _part(_part(spec, "schedulingPolicy"), "gang")
+    count = gang.get("minCount")
+    return GroupView(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name", "")),
+        min_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+        annotations=meta.get("annotations") or {},
+    )
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -145,12 +176,18 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
 
 
 def pod_view(obj: Mapping[str, Any]) -> PodView | None:
-    """The view of a pod of a gang (the API's JSON); None when it carries no `rackplane.io/job`."""
+    """The view of a pod of a gang (the API's JSON); None when it is in none: no
+    `rackplane.io/job` label, nor rackplane's with a PodGroup."""
     meta, spec, status = _part(obj, "metadata"), _part(obj, "spec"), _part(obj, "status")
     labels: Mapping[str, str] = meta.get("labels") or {}
+    group = str(_part(spec, "schedulingGroup").get("podGroupName") or "")
     job = labels.get(JOB_LABEL)
     if not job:
-        return None
+        if not group or spec.get("schedulerName") != SCHEDULER_NAME:
+            return None
+        job = group
+    else:
+        group = ""
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     gates = {g.get("name") for g in spec.get("schedulingGates") or ()}
     gated = GATE in gates
@@ -179,6 +216,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
         labels=labels,
         generation=generation,
         base_name=annotations.get(BASE_NAME_ANNOTATION, name),
+        group=group,
     )
 
 

@@ -43,6 +43,7 @@ from rackplane.kube.objects import (
     SLICE_ANNOTATION,
     SLICE_NODES_ANNOTATION,
     SLICES_ANNOTATION,
+    GroupView,
     NodeView,
     PodKey,
     PodView,
@@ -139,6 +140,8 @@ class View(NamedTuple):
     """The GPU nodes as racks (`importers.k8s`); None when they make no topology."""
     kube_cordoned: frozenset[str] = frozenset()
     """Nodes whose cordon in rackplane came from the adapter (`CORDON_REASON`)."""
+    groups: Mapping[tuple[str, str], GroupView] = {}
+    """The PodGroups (Workload API) by namespace and name."""
 
 
 def plan(state: ClusterState, view: View, *, actor: str) -> Plan:
@@ -278,8 +281,15 @@ class _Planner:
                 f"{len(strangers)} pod(s) of the gang neither use schedulerName rackplane nor "
                 "carry the rackplane.io/placement gate",
             )
+        group = None
+        if live[0].group:
+            group = self.v.groups.get((live[0].key.namespace, live[0].group))
+            if group is None:
+                return self.flag(
+                    live, f"PodGroup {live[0].group} does not exist (yet): the gang waits for it"
+                )
         try:
-            spec = gang_spec(live[0])
+            spec = gang_spec(live[0], group)
         except GangError as err:
             return self.flag(live, str(err))
         if len(live) > spec.nodes:

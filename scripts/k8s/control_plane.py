@@ -25,11 +25,14 @@ Theory of operation
    fields set: kwok refuses zero).
 3. Start, each in its own process group, output in `<name>.log`: etcd on two loopback ports
    (`--unsafe-no-fsync`); kube-apiserver on a loopback port (RBAC; without the admission
-   plugins that need kube-controller-manager: ServiceAccount, TaintNodesByCondition;
-   `--endpoint-reconciler-type none`); kube-scheduler (the default scheduler, with the admin
-   kubeconfig, `--leader-elect=false`, serving on a loopback port with the apiserver's
-   certificate); kwok, managing only nodes annotated `kwok.x-k8s.io/node: fake`, without
-   node leases (a lease per node costs most of a core at 2,304 nodes).
+   plugins that need kube-controller-manager: ServiceAccount, TaintNodesByCondition,
+   PodGroupProtection (its finalizer's remover runs there); `--endpoint-reconciler-type
+   none`; the Workload API on: `GenericWorkload` and `scheduling.k8s.io/v1beta1`, so gangs
+   may be PodGroups); kube-scheduler (the default scheduler, with the admin kubeconfig,
+   `--leader-elect=false`, serving on a loopback port with the apiserver's certificate, the
+   same gate: a gated scheduler facing an ungated server schedules nothing); kwok, managing
+   only nodes annotated `kwok.x-k8s.io/node: fake`, without node leases (a lease per node
+   costs most of a core at 2,304 nodes).
 4. Ready: etcd's /health, kube-apiserver's /readyz (with the token), kube-scheduler's and
    kwok's /healthz.
 5. Stop: SIGTERM to each process group (kwok, kube-scheduler, kube-apiserver, etcd), SIGKILL
@@ -72,6 +75,9 @@ from pathlib import Path
 K8S_VERSION = "1.37.2"
 KWOK_VERSION = "0.8.0"
 HOST = "127.0.0.1"
+WORKLOAD_GATE = "GenericWorkload=true"
+WORKLOAD_API = "scheduling.k8s.io/v1beta1=true"
+"""The Workload API (beta in 1.37, off by default): PodGroups and `spec.schedulingGroup`."""
 ENV_VAR = "RACKPLANE_TEST_KUBECONFIG"
 EXIT_FAILED = 3
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
@@ -448,8 +454,10 @@ class ControlPlane:
                 "--service-account-key-file", str(d / "sa.pub"),
                 "--service-account-signing-key-file", str(d / "sa.key"),
                 "--service-cluster-ip-range", "10.96.0.0/16",
-                "--disable-admission-plugins", "ServiceAccount,TaintNodesByCondition",
+                "--disable-admission-plugins",
+                "ServiceAccount,TaintNodesByCondition,PodGroupProtection",
                 "--endpoint-reconciler-type", "none",
+                "--feature-gates", WORKLOAD_GATE, "--runtime-config", WORKLOAD_API,
             ])  # fmt: skip
             self._wait(
                 "kube-apiserver", f"{self.server}/readyz", lambda body: body.strip() == b"ok"
@@ -466,6 +474,7 @@ class ControlPlane:
                 "--secure-port", str(scheduler_port),
                 "--tls-cert-file", str(d / "apiserver.crt"),
                 "--tls-private-key-file", str(d / "apiserver.key"),
+                "--feature-gates", WORKLOAD_GATE,
             ])  # fmt: skip
             self._launch("kwok", [
                 str(self.binaries / "kwok"), "--kubeconfig", str(self.kubeconfig),

@@ -189,21 +189,23 @@ def test_the_workers_probes_ask_the_worker_whether_it_is_alive_and_ready() -> No
     assert worker["readinessProbe"]["httpGet"]["path"] == "/ready"
 
 
-def test_the_adapter_may_read_nodes_and_gang_pods_bind_evict_create_and_patch_nothing_more() -> (
+def test_the_adapter_may_read_nodes_gang_pods_and_pod_groups_bind_evict_create_and_patch() -> (
     None
 ):
     role = named("ClusterRole", "rackplane-kube")
     granted = {
-        (resource, verb)
+        (group, resource, verb)
         for rule in role["rules"]
+        for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
     assert granted == {
-        ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
-        ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "create"),
-        ("pods", "patch"), ("pods/binding", "create"), ("pods/eviction", "create"),
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "create"),
+        ("", "pods", "patch"), ("", "pods/binding", "create"), ("", "pods/eviction", "create"),
+        ("scheduling.k8s.io", "podgroups", "get"), ("scheduling.k8s.io", "podgroups", "list"),
+        ("scheduling.k8s.io", "podgroups", "watch"),
     }  # fmt: skip
     binding = named("ClusterRoleBinding", "rackplane-kube")
     assert binding["roleRef"]["name"] == "rackplane-kube"

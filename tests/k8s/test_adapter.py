@@ -268,3 +268,35 @@ async def test_the_adapter_killed_mid_gang_resumes_without_a_double_binding(
     assert [e.type for e in events].count("JobSubmitted") == 1
     assert not of_type(CommandRejected)(events)
     assert half > 0  # it was killed with part of the gang bound
+
+
+async def test_a_pod_groups_gang_of_the_workload_api_is_bound_rack_local(
+    story_factory: StoryFactory,
+) -> None:
+    """Kubernetes 1.37's Workload API (beta, gated): a PodGroup with a gang `minCount`, and
+    pods that name it in `spec.schedulingGroup`, with no `rackplane.io/job` label."""
+    story = story_factory(racks=2)
+    ns, api = story.namespace, story.api
+    group_path = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
+    api.ok("POST", group_path, {
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "llm", "annotations": {"rackplane.io/slice-size": "16"}},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 16}}},
+    })  # fmt: skip
+    for i in range(16):
+        api.ok("POST", f"/api/v1/namespaces/{ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"llm-{i}", "labels": {"test.rackplane.io/group": "llm"}},
+            "spec": {"schedulerName": "rackplane", "schedulingGroup": {"podGroupName": "llm"},
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "trainer", "image": "trainer:1"}]},
+        })  # fmt: skip
+    job = f"{ns}/llm"
+    state = await story.state(lambda s: status(s, job) is JobStatus.RUNNING)
+    placed = state.jobs[job]
+    assert placed.spec.nodes == 16 and [len(s.nodes) for s in placed.slices] == [16]
+    got = api.ok("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector=test.rackplane.io/group")
+    nodes = node_of(got["items"])
+    assert len(nodes) == 16 and set(nodes.values()) == set(placed.slices[0].nodes)
+    assert {story.rack_of[n] for n in nodes.values()} == {story.rack_of[placed.slices[0].nodes[0]]}
+    assert all(p["status"].get("phase") == "Running" for p in got["items"])

@@ -44,6 +44,7 @@ from rackplane.kube.objects import (
     PROBLEM_ANNOTATION,
     SLICE_ANNOTATION,
     SLICES_ANNOTATION,
+    group_view,
     node_view,
     pod_view,
     replacement,
@@ -128,6 +129,7 @@ class World:
         self.events: list[Event] = []
         self.settings = PolicySettings(spares_per_rack=1, **policy)
         self.kube_cordoned: set[str] = set()
+        self.groups: dict[tuple[str, str], dict[str, Any]] = {}
 
     @property
     def state(self) -> Any:
@@ -141,6 +143,7 @@ class World:
             pods=[v for v in views if v is not None],
             topology=topology,
             kube_cordoned=frozenset(self.kube_cordoned),
+            groups={k: group_view(g) for k, g in self.groups.items()},
         )
 
     def plan(self) -> Plan:
@@ -629,3 +632,76 @@ def test_a_degraded_slice_loses_its_pod_and_the_others_learn_the_new_shape() -> 
     on_slice0 = [p for p in live.values() if p["metadata"]["annotations"][SLICE_ANNOTATION] == "0"]
     assert {p["metadata"]["annotations"]["rackplane.io/slice-nodes"] for p in on_slice0} == {"3"}
     assert len(on_slice0) == 3
+
+
+# -- gangs of the Workload API: a PodGroup and pods that name it ---------------------------------
+
+
+def pod_group(name: str, min_count: int | None, **annotations: str) -> dict[str, Any]:
+    policy: dict[str, Any] = {"gang": {"minCount": min_count}} if min_count else {"basic": {}}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "team", "annotations": annotations},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+def group_pods(w: World, group: str, n: int, scheduler: str = "rackplane") -> list[PodKey]:
+    keys = []
+    for i in range(n):
+        pod = k8s_pod(f"{group}-{i}", group, n)
+        del pod["metadata"]["labels"][JOB_LABEL]
+        del pod["metadata"]["annotations"]["rackplane.io/nodes"]
+        pod["spec"]["schedulerName"] = scheduler
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+        key = PodKey("team", pod["metadata"]["name"])
+        w.pods[key] = pod
+        keys.append(key)
+    return keys
+
+
+def test_a_pod_groups_gang_takes_its_size_from_min_count_and_its_shape_from_the_group(
+    world: World,
+) -> None:
+    world.groups[("team", "llm")] = pod_group("llm", 8, **{"rackplane.io/slice-size": "4"})
+    keys = group_pods(world, "llm", 7)
+    assert world.settle() == []  # 7 of 8: the gang waits
+    keys += group_pods(world, "llm", 8)[7:]
+    plans = world.settle()
+    (submit,) = [o.command for p in plans for o in p.orders if isinstance(o.command, SubmitJob)]
+    assert (submit.job.id, submit.job.nodes, submit.job.slice_size) == ("team/llm", 8, 4)
+    nodes = {world.on(k) for k in keys}
+    assert nodes == set(job_nodes(world, "team/llm")) and len(nodes) == 8
+
+
+def test_pods_naming_a_pod_group_that_does_not_exist_wait_for_it(world: World) -> None:
+    keys = group_pods(world, "late", 4)
+    world.settle()
+    problem = world.pods[keys[0]]["metadata"]["annotations"][PROBLEM_ANNOTATION]
+    assert problem == "PodGroup late does not exist (yet): the gang waits for it"
+    assert "team/late" not in world.state.jobs
+    world.groups[("team", "late")] = pod_group("late", 4)
+    world.settle()
+    assert world.state.jobs["team/late"].spec.nodes == 4
+    assert PROBLEM_ANNOTATION not in world.pods[keys[0]]["metadata"]["annotations"]
+
+
+def test_a_basic_pod_group_needs_the_gang_size_said_and_the_label_wins_over_the_group(
+    world: World,
+) -> None:
+    world.groups[("team", "b")] = pod_group("b", None)
+    keys = group_pods(world, "b", 2)
+    world.settle()
+    problem = world.pods[keys[0]]["metadata"]["annotations"][PROBLEM_ANNOTATION]
+    assert "give its PodGroup a gang minCount" in problem
+    labelled = k8s_pod("x-0", "labelled", 1)
+    labelled["spec"]["schedulingGroup"] = {"podGroupName": "b"}
+    view = pod_view(labelled)
+    assert view is not None and (view.job, view.group) == ("labelled", "")
+
+
+def test_a_pod_of_another_scheduler_in_a_pod_group_is_not_rackplanes() -> None:
+    w = World()
+    (key,) = group_pods(w, "theirs", 1, scheduler="default-scheduler")
+    assert pod_view(w.pods[key]) is None
