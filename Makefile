@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka test-acl test-k8s test-slurm test-faults lint bench bench-kafka bench-k8s clean kcat
+.PHONY: up demo test test-kafka test-acl test-k8s test-slurm test-faults lint bench bench-kafka bench-k8s bench-slurm clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -78,6 +78,11 @@ bench-kafka: $(VENV)/.dev
 ## bench-k8s: the Kubernetes adapter on the test control plane (128 racks x 18 kwok nodes)
 bench-k8s: $(VENV)/.dev
 	$(BIN)/python scripts/k8s/control_plane.py run -- $(BIN)/python -m bench --only kube
+
+## bench-slurm: Slurm alone (--switches) against rackplane slurm on one seeded job trace with node
+## failures, one after the other on the Slurm test cluster (8 racks x 18 nodes); ~12 min
+bench-slurm: $(VENV)/.dev
+	$(BIN)/python scripts/slurm/slurm_cluster.py run --racks 8 -- $(BIN)/python -m bench --only slurm
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check $(SRC)

@@ -5,7 +5,9 @@ Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's 
 save and load of a cluster's state) and the rebuild of a partition after a restart (1M and
 10M events, with a checkpoint and from offset 0) and signed commands (the controller's
 Ed25519 check per command) by default; the Kubernetes adapter on a real kube-apiserver
-(`--only kube`, under `make bench-k8s`, which starts the test control plane); the simulator
+(`--only kube`, under `make bench-k8s`, which starts the test control plane); Slurm alone
+against `rackplane slurm` on one job trace (`--only slurm`, under `make bench-slurm`, which
+starts the Slurm test cluster); the simulator
 (`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
 sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
 streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming one
@@ -124,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             "rebuild",
             "signatures",
             "kube",
+            "slurm",
         ],
-        help="one benchmark (kube: only this way, on the plane `make bench-k8s` starts)",
+        help="one benchmark (kube, slurm: only this way, on the plane `make bench-k8s` or the "
+        "cluster `make bench-slurm` starts)",
     )
     args = parser.parse_args(argv)
     if args.only == "sim":
@@ -196,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
             kube_racks = 16 if args.quick else 128
             results["kube"] = asyncio.run(kube.run_all(say, racks=kube_racks))
             results["kube_plan"] = kube.plan_cost(racks, say)
+        if args.only == "slurm":  # needs the Slurm test cluster: `make bench-slurm`
+            from bench import slurm
+
+            results["slurm"], results["slurm_failures"] = slurm.run_all(say, quick=args.quick)
         if args.only in (None, "gpu"):
             import asyncio
 
@@ -219,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         ("signed_log", "Signed log: signing each event, checking it, a rebuild's fold"),
         ("kube", "rackplane kube on a real kube-apiserver (kwok nodes)"),
         ("kube_plan", "rackplane kube: one plan of the pure cycle (no server)"),
+        ("slurm", "Slurm 22.05 alone (--switches) and rackplane slurm: one job trace each"),
+        ("slurm_failures", "Slurm and rackplane: the jobs a node failure hit"),
     ):
         if name in results:
             out.print(_table(title, results[name]))

@@ -87,12 +87,14 @@ class SlurmCommands:
 
     # -- acting ---------------------------------------------------------------------------------
 
-    async def place(self, job: str, nodes: Sequence[str], *, resize: bool, start_now: bool) -> None:
+    async def place(
+        self, job: str, nodes: Sequence[str], *, resize: bool, start: str | None
+    ) -> None:
         args = [f"JobId={job}", f"ReqNodeList={compress_hostlist(nodes)}"]
         if resize:
             args.append(f"NumNodes={len(nodes)}")
-        if start_now:
-            args.append("StartTime=now")
+        if start:
+            args.append(f"StartTime={start}")
         await self.run("scontrol", "update", *args)
 
     async def release(self, jobs: Iterable[str]) -> None:

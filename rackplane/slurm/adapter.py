@@ -256,7 +256,7 @@ class SlurmAdapter:
         try:
             if isinstance(action, Place):
                 await self.slurm.place(
-                    action.job, action.nodes, resize=action.resize, start_now=action.start_now
+                    action.job, action.nodes, resize=action.resize, start=action.start
                 )
                 what = f"job {action.job} placed on {len(action.nodes)} nodes"
             else:

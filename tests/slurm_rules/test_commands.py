@@ -54,13 +54,13 @@ async def test_the_writes_are_batched_into_one_command_each(bin_dir: Path) -> No
     slurm = SlurmCommands(bin_dir)
     await slurm.release(["12", "3", "12"])
     await slurm.requeue_hold([])  # nothing to do: no command
-    await slurm.place("3", ["r01n01", "r01n02", "r01n03"], resize=True, start_now=True)
+    await slurm.place("3", ["r01n01", "r01n02", "r01n03"], resize=True, start="now+2")
     await slurm.drain(["r01n02", "r01n01"], "rackplane: fan swap")
     await slurm.cancel(["9", "8"])
     calls = (bin_dir.parent / "scontrol.calls").read_text().splitlines()
     assert calls == [
         "release 12,3",
-        "update JobId=3 ReqNodeList=r01n[01-03] NumNodes=3 StartTime=now",
+        "update JobId=3 ReqNodeList=r01n[01-03] NumNodes=3 StartTime=now+2",
         "update NodeName=r01n01,r01n02 State=DRAIN Reason=rackplane: fan swap",
     ]
     assert (bin_dir.parent / "scancel.calls").read_text().split() == ["8", "9"]

@@ -138,14 +138,14 @@ class World:
     def do(self, action: Any) -> None:
         self.calls.append(action)
         match action:
-            case Place(job=jid, nodes=nodes, resize=resize, start_now=now, release=release):
+            case Place(job=jid, nodes=nodes, resize=resize, start=start, release=release):
                 j = self.jobs[jid]
                 assert j.pending, f"job {jid} placed while {j.state}"
                 assert resize or j.node_count == len(nodes)
                 fields: dict[str, Any] = {"required": nodes, "node_count": len(nodes)}
                 if release:
                     fields["reason"] = "None"
-                if now and j.reason == "BeginTime":
+                if start and j.reason == "BeginTime":
                     fields["reason"] = "None"
                 self.jobs[jid] = j._replace(**fields)
             case Hold(job=jid):
@@ -329,7 +329,8 @@ def test_a_node_down_under_a_running_job_is_swapped_and_the_job_restarts_on_the_
     assert [(r.action, r.job) for r in reports] == [("restarted", "slurm/14")]
     assert set(reports[0].nodes) == set(job.nodes)
     places = [a for a in world.calls if isinstance(a, Place)]
-    assert places[-1].start_now and not places[-1].release  # requeued by Slurm: not held
+    assert places[-1].start == "now+2" and not places[-1].release  # requeued, ran before
+    assert places[0].start is None and places[0].release  # held, never ran: at its release
 
 
 def test_a_preempted_job_is_requeued_held_and_placed_again(world: World) -> None:
