@@ -189,9 +189,7 @@ def test_the_workers_probes_ask_the_worker_whether_it_is_alive_and_ready() -> No
     assert worker["readinessProbe"]["httpGet"]["path"] == "/ready"
 
 
-def test_the_adapter_may_read_nodes_gang_pods_and_pod_groups_bind_evict_create_and_patch() -> (
-    None
-):
+def test_the_adapter_may_read_nodes_gang_pods_and_pod_groups_bind_evict_create_and_patch() -> None:
     role = named("ClusterRole", "rackplane-kube")
     granted = {
         (group, resource, verb)
