@@ -31,7 +31,6 @@ no such anchor (cordons) carry the state's seq and are at worst ignored as alrea
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -64,6 +63,7 @@ from rackplane.models import (
     UncordonNode,
 )
 from rackplane.projections import ClusterState, JobState
+from rackplane.projections.registration import registration_due
 
 CAUSE_PREFIX = "kube: "
 """Starts the cause of every health report the adapter sends: it repairs only those."""
@@ -190,19 +190,11 @@ class _Planner:
     # -- 1. topology ------------------------------------------------------------------------
 
     def topology(self) -> None:
-        t = self.v.topology
-        if t is None or t.cluster != self.s.cluster:
-            return
-        if self.s.index is not None:
-            if self.s.index.topology == t:
-                return
-            rack_of = {n: r.id for r in t.racks for n in r.nodes}
-            if any(
-                n.job is not None and rack_of.get(n.id) != n.rack for n in self.s.nodes.values()
-            ):
-                return  # wait: an allocated node would leave its rack
-        digest = hashlib.sha256(t.model_dump_json().encode()).hexdigest()[:16]
-        self.order("topology", RegisterTopology, f"kube:register:{digest}", topology=t)
+        digest = registration_due(self.s, self.v.topology)
+        if digest is not None:
+            self.order(
+                "topology", RegisterTopology, f"kube:register:{digest}", topology=self.v.topology
+            )
 
     # -- 2. nodes ---------------------------------------------------------------------------
 
