@@ -48,7 +48,7 @@ test-kafka: $(VENV)/.dev kcat
 test-acl: $(VENV)/.dev
 	$(BIN)/python scripts/kafka/kafka_server.py run --acl -- $(BIN)/pytest -m acl tests/acl
 
-## test-k8s: the Kubernetes tier (issue 17): etcd, kube-apiserver, kube-scheduler and kwok built from the Go module
+## test-k8s: the Kubernetes tier (issue 17): etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok built from the Go module
 ## proxy (cached under ~/.cache/rackplane, keyed by version; ~9-17 min cold), started on 127.0.0.1
 test-k8s: $(VENV)/.dev
 	$(BIN)/python scripts/k8s/control_plane.py run -- $(BIN)/pytest -m k8s tests/k8s

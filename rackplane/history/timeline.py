@@ -17,6 +17,7 @@ from rackplane.models import (
     CommandIgnored,
     CommandRejected,
     DefragPlanned,
+    DisruptionBudgetReported,
     Event,
     JobBlocked,
     JobCancelled,
@@ -116,6 +117,10 @@ def describe(e: Event, subject: str = "") -> str:
             return f"{e.job} failed{_why(e.reason)}"
         case JobCancelled():
             return f"{e.job} cancelled{_why(e.reason)}"
+        case DisruptionBudgetReported():
+            by = f" ({e.budget})" if e.budget else ""
+            verdict = "allows disruptions again" if e.allows else "refuses disruptions"
+            return f"{e.job}: its disruption budget {verdict}{by}"
         case JobRuntimeReported():
             where = f" on {len(e.nodes)} nodes" if e.nodes else ""
             return f"{e.job}: its runtime {e.action} it{where}{_why(e.detail)}"

@@ -112,6 +112,9 @@ class KubeApi:
     async def list_pod_groups(self, namespace: str | None) -> Json:
         return await self.call("GET", _groups_path(namespace), timeout=120.0)
 
+    async def list_budgets(self, namespace: str | None) -> Json:
+        return await self.call("GET", _budgets_path(namespace), timeout=120.0)
+
     async def serves_pod_groups(self) -> bool:
         """Whether the server has the Workload API's PodGroups (`POD_GROUPS_API`: the
         `GenericWorkload` gate and its runtime-config on).
@@ -130,7 +133,8 @@ class KubeApi:
     async def watch(
         self, kind: str, namespace: str | None, version: str, selector: str | None = None
     ) -> AsyncIterator[Json]:
-        """The watch events ({type, object}) of `kind` ("nodes" or "pods") after `version`
+        """The watch events ({type, object}) of `kind` ("nodes", "pods", "podgroups" or
+        "budgets": PodDisruptionBudgets) after `version`
         (nodes: those `selector` picks, if given).
 
         Raises:
@@ -141,6 +145,7 @@ class KubeApi:
             "nodes": "/api/v1/nodes",
             "pods": _pods_path(namespace),
             "podgroups": _groups_path(namespace),
+            "budgets": _budgets_path(namespace),
         }[kind]
         query: list[tuple[str, Any]] = [
             ("watch", "true"),
@@ -241,6 +246,12 @@ async def _chunks(response: Any) -> AsyncIterator[bytes]:
 
 def _pods_path(namespace: str | None) -> str:
     return "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+
+
+def _budgets_path(namespace: str | None) -> str:
+    if namespace is None:
+        return "/apis/policy/v1/poddisruptionbudgets"
+    return f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
 
 
 def _groups_path(namespace: str | None) -> str:

@@ -41,10 +41,12 @@ from rackplane.keyfiles import KeyFile
 from rackplane.kube._api import ApiError, Json, KubeApi
 from rackplane.kube.objects import (
     AFFINITY_ANNOTATION,
+    BudgetView,
     GroupView,
     NodeView,
     PodKey,
     PodView,
+    budget_view,
     group_view,
     node_view,
     pod_view,
@@ -70,6 +72,9 @@ from rackplane.streams.mirror import ClusterMirror, Outbox
 log = logging.getLogger("rackplane.kube")
 
 _RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+_FORBIDDEN_RETRY_S = 60.0
+EVICTION_RETRY_S = 5.0
+"""How long a pod whose eviction a disruption budget refused waits before the next try."""
 
 
 class KubeAdapter:
@@ -119,15 +124,20 @@ class KubeAdapter:
         """Actions under way per gang (namespace, job label)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        self.listed = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
+        self.listed = {k: asyncio.Event() for k in ("nodes", "pods", "budgets")}
         self.groups: dict[tuple[str, str], GroupView] = {}
         """The PodGroups (when the server has the Workload API), by namespace and name."""
+        self.budgets: dict[tuple[str, str], BudgetView] = {}
+        """The PodDisruptionBudgets, by namespace and name."""
+        self._refused: dict[PodKey, float] = {}
+        """Pods whose eviction a disruption budget refused, and when (retried after
+        `EVICTION_RETRY_S`, as `kubectl drain` does)."""
 
     # -- the loops ------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Reflect, follow and reconcile until cancelled."""
-        kinds = ["nodes", "pods"]
+        kinds = ["nodes", "pods", "budgets"]
         if await self._pod_groups_served():
             self.api.pod_selector = None  # a PodGroup's pods carry no label: read every pod
             self.listed["podgroups"] = asyncio.Event()
@@ -198,6 +208,8 @@ class KubeAdapter:
                     listing = await self.api.list_nodes(self.node_selector)
                 elif kind == "pods":
                     listing = await self.api.list_pods(self.namespace)
+                elif kind == "budgets":
+                    listing = await self.api.list_budgets(self.namespace)
                 else:
                     listing = await self.api.list_pod_groups(self.namespace)
                 self._replace(kind, listing.get("items") or [])
@@ -215,6 +227,17 @@ class KubeAdapter:
                 if err.status == 410:
                     log.info("kube: the %s watch is too old; listing again", kind)
                     continue
+                if kind == "budgets" and err.status == 403 and not self.listed[kind].is_set():
+                    log.warning(
+                        "kube: may not read PodDisruptionBudgets (%s): a defrag may pick a "
+                        "gang whose budget refuses, and its evictions then wait; asking "
+                        "again in %.0f s",
+                        err,
+                        _FORBIDDEN_RETRY_S,
+                    )
+                    self.listed[kind].set()  # reconcile without them rather than not at all
+                    await asyncio.sleep(_FORBIDDEN_RETRY_S)
+                    continue
                 delay = _RETRY_S[min(failures, len(_RETRY_S) - 1)]
                 failures += 1
                 log.warning("kube: %s list/watch failed (%s); again in %.1f s", kind, err, delay)
@@ -231,6 +254,10 @@ class KubeAdapter:
             self.groups = {}
             for obj in items:
                 self._apply("podgroups", "ADDED", obj)
+        elif kind == "budgets":
+            self.budgets = {}
+            for obj in items:
+                self._apply("budgets", "ADDED", obj)
         else:
             self.pods = {}
             self._pod_views = {}
@@ -260,6 +287,12 @@ class KubeAdapter:
                 self.groups.pop((group.namespace, group.name), None)
             else:
                 self.groups[(group.namespace, group.name)] = group
+        elif kind == "budgets":
+            budget = budget_view(obj)
+            if change == "DELETED":
+                self.budgets.pop((budget.namespace, budget.name), None)
+            else:
+                self.budgets[(budget.namespace, budget.name)] = budget
         else:
             key = PodKey(str(meta.get("namespace") or "default"), str(meta.get("name", "")))
             if change == "DELETED":
@@ -267,6 +300,7 @@ class KubeAdapter:
                 self._pod_views.pop(key, None)
                 self._bound.pop(key, None)
                 self._leaving.discard(key)
+                self._refused.pop(key, None)
             else:
                 if _older(obj, self.pods.get(key)):
                     return  # a response overtaken by the watch: keep the newer
@@ -312,6 +346,7 @@ class KubeAdapter:
             topology=self._topology,
             kube_cordoned=frozenset(self.kube_cordoned),
             groups=self.groups,
+            budgets=tuple(self.budgets.values()),
         )
 
     def _as_done(self, p: PodView) -> PodView:
@@ -350,8 +385,13 @@ class KubeAdapter:
             else:
                 key = action.pod
             by_pod[key].append(action)
+        now = asyncio.get_running_loop().time()
         for key, todo in by_pod.items():
             if key in self._busy:
+                continue
+            refused = self._refused.get(key)
+            waits = refused is not None and now - refused < EVICTION_RETRY_S
+            if waits and isinstance(todo[0], Evict):
                 continue
             gang = self._gang_of(todo[0])
             if isinstance(todo[0], Recreate) and todo[0].backfill and self._in_flight[gang]:
@@ -390,6 +430,16 @@ class KubeAdapter:
                 return True  # already bound / already made: the watch will show it
             if err.status == 404 and isinstance(action, Evict):
                 return True
+            if err.status == 429 and isinstance(action, Evict):
+                first = action.pod not in self._refused
+                self._refused[action.pod] = asyncio.get_running_loop().time()
+                (log.warning if first else log.debug)(
+                    "kube: eviction of pod %s refused (%s); again every %.0f s",
+                    action.pod,
+                    err,
+                    EVICTION_RETRY_S,
+                )
+                return False
             log.warning("kube: %s failed: %s (%s)", kind, _describe(action), err)
             return False
         log.info("kube: %s", _describe(action))
@@ -420,6 +470,8 @@ class KubeAdapter:
     async def _evict(self, a: Evict) -> None:
         await self.api.evict(a.pod.namespace, a.pod.name)
         self._leaving.add(a.pod)
+        if self._refused.pop(a.pod, None) is not None:
+            log.info("kube: eviction of pod %s accepted at last", a.pod)
 
     async def _recreate(self, a: Recreate) -> None:
         raw = self.pods.get(a.template)

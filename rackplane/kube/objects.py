@@ -124,6 +124,69 @@ class GroupView(NamedTuple):
     annotations: Mapping[str, str]
 
 
+class BudgetView(NamedTuple):
+    """What the rules read of a PodDisruptionBudget (`policy/v1`)."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] | None
+    """`spec.selector`: `{}` selects every pod of the namespace, None (absent) none."""
+    allowed: int
+    """`status.disruptionsAllowed`; 0 while the status is older than the spec (the API
+    server refuses every eviction under such a budget)."""
+    computed: bool
+    """`status.observedGeneration` has caught up with `metadata.generation` (the disruption
+    controller of kube-controller-manager computed it)."""
+
+    @property
+    def title(self) -> str:
+        return f"PodDisruptionBudget {self.namespace}/{self.name}"
+
+
+def budget_view(obj: Mapping[str, Any]) -> BudgetView:
+    """The view of a PodDisruptionBudget (the API's JSON)."""
+    meta, spec, status = _part(obj, "metadata"), _part(obj, "spec"), _part(obj, "status")
+    selector = spec.get("selector")
+    observed, generation = status.get("observedGeneration"), meta.get("generation")
+    computed = isinstance(observed, int) and isinstance(generation, int) and observed >= generation
+    allowed = status.get("disruptionsAllowed")
+    return BudgetView(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name", "")),
+        selector=selector if isinstance(selector, Mapping) else None,
+        allowed=allowed if computed and isinstance(allowed, int) and allowed > 0 else 0,
+        computed=computed,
+    )
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a label selector (`matchLabels`, `matchExpressions`) picks these labels: every
+    term must hold; an empty selector picks everything, None nothing; an operator it does not
+    know picks nothing (as the API server would refuse it)."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for term in selector.get("matchExpressions") or ():
+        key, op = term.get("key"), term.get("operator")
+        values = set(term.get("values") or ())
+        match op:
+            case "In":
+                ok = key in labels and labels[key] in values
+            case "NotIn":
+                ok = key not in labels or labels[key] not in values
+            case "Exists":
+                ok = key in labels
+            case "DoesNotExist":
+                ok = key not in labels
+            case _:
+                ok = False
+        if not ok:
+            return False
+    return True
+
+
 def group_view(obj: Mapping[str, Any]) -> GroupView:
     """The view of a PodGroup (the API's JSON)."""
     meta, spec = _part(obj, "metadata"), _part(obj, "spec")

@@ -18,9 +18,15 @@ The cycle, in steps:
     3. Gangs rackplane does not know: submitted once all their pods exist.
     4. Gangs of jobs holding nodes: a pod on a node the job no longer holds (swap, migration,
        degrade) is evicted; an unplaced pod is bound (or, in the gate mode, pinned and
-       ungated) to a node of the job that has no pod; a bare pod that had to go is made again;
-       pods carry their slice's shape. All pods Running: `StartJob`; all Succeeded:
-       `CompleteJob`; one Failed on a sound node: `FailJob`.
+       ungated) to a node of the job that has no pod and no pod of another gang still on it
+       (an eviction a PodDisruptionBudget refused, a pod still terminating: the binding
+       waits, and the gang's problem says for what); a bare pod that had to go is made
+       again; pods carry their slice's shape. All pods Running: `StartJob`; all Succeeded:
+       `CompleteJob`; one Failed on a sound node: `FailJob`. When the PodDisruptionBudgets
+       over the gang's placed pods allow fewer evictions than there are such pods (or their
+       status is not computed yet: the API server then refuses every eviction), rackplane
+       is told (`ReportDisruptionBudget`): no defrag picks the job as a victim, no operator
+       preempts it, until the budgets allow it again.
     5. Gangs of jobs queued again (preempted) or cancelled: their placed pods are evicted
        (bare ones made again for the next placement, unless cancelled).
 
@@ -42,10 +48,12 @@ from rackplane.kube.objects import (
     SLICE_ANNOTATION,
     SLICE_NODES_ANNOTATION,
     SLICES_ANNOTATION,
+    BudgetView,
     GroupView,
     NodeView,
     PodKey,
     PodView,
+    selects,
 )
 from rackplane.models import (
     Command,
@@ -56,6 +64,7 @@ from rackplane.models import (
     JobStatus,
     RegisterTopology,
     RepairNode,
+    ReportDisruptionBudget,
     ReportNodeHealth,
     StartJob,
     SubmitJob,
@@ -142,6 +151,8 @@ class View(NamedTuple):
     """Nodes whose cordon in rackplane came from the adapter (`CORDON_REASON`)."""
     groups: Mapping[tuple[str, str], GroupView] = {}
     """The PodGroups (Workload API) by namespace and name."""
+    budgets: Sequence[BudgetView] = ()
+    """The PodDisruptionBudgets."""
 
 
 def plan(state: ClusterState, view: View, *, actor: str) -> Plan:
@@ -182,6 +193,15 @@ class _Planner:
         self.s, self.v, self.actor = state, view, actor
         self.orders: list[Order] = []
         self.actions: list[Action] = []
+        self.budgets: dict[str, list[BudgetView]] = defaultdict(list)
+        for b in view.budgets:
+            self.budgets[b.namespace].append(b)
+        self.occupants: dict[str, set[str]] = defaultdict(set)
+        """The gangs (job ids) with a pod on each node that is not done (terminating ones
+        included: their containers may still hold the GPUs)."""
+        for pod in view.pods:
+            if pod.node and pod.phase not in TERMINAL:
+                self.occupants[pod.node].add(job_id(pod.key.namespace, pod.job))
 
     def order(self, subject: str, kind: type[Command], id_: str, **fields: object) -> None:
         command = kind(id=id_, cluster=self.s.cluster, actor=self.actor, **fields)
@@ -257,6 +277,7 @@ class _Planner:
             return
         if job.status.holds_nodes:
             self.placed(job, pods, live)
+            self.budget(job, pods[0].key.namespace, live)
         elif job.status is JobStatus.QUEUED:
             gone = [p for p in live if p.node and p.phase not in TERMINAL]
             for p in gone:
@@ -310,6 +331,18 @@ class _Planner:
                 on.setdefault(p.node, p)
         free = [n for n in assigned if n not in on]
         waiting = [p for p in kept if not p.node and p.ours and p.phase not in TERMINAL]
+        held = [n for n in free if self.occupants.get(n, set()) - {jid}]
+        if held:
+            free = [n for n in free if n not in held]
+            others = sorted({o for n in held for o in self.occupants[n] - {jid}})
+            self.flag(
+                waiting[len(free) :],
+                f"waiting for {len(held)} node(s) of the job to be left by "
+                f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''} "
+                f"(first: {held[0]}): an eviction not yet done or refused",
+            )
+        else:
+            self.flag(waiting[len(free) :], None)
         for pod, node in zip(waiting, free, strict=False):
             annotations = shape(job, node)
             if pod.gated:
@@ -318,10 +351,32 @@ class _Planner:
                 self.actions.append(Bind(pod.key, node, annotations))
         self.remake(pods, gone, len(assigned) - len(kept))
         for node, pod in on.items():
-            want = shape(job, node)
+            want: dict[str, str | None] = dict(shape(job, node))
+            if PROBLEM_ANNOTATION in pod.annotations:  # it waited for its node: placed now
+                want[PROBLEM_ANNOTATION] = None
             if any(pod.annotations.get(k) != v for k, v in want.items()):
                 self.actions.append(Annotate(pod.key, want))
         self.lifecycle(job, assigned, on)
+
+    def budget(self, job: JobState, namespace: str, live: list[PodView]) -> None:
+        """Tell rackplane whether the gang's disruption budgets allow it to be disrupted."""
+        placed = [p for p in live if p.node and p.phase not in TERMINAL]
+        refusing = []
+        for b in self.budgets.get(namespace, ()):
+            covered = sum(1 for p in placed if selects(b.selector, p.labels))
+            if covered and b.allowed < covered:
+                why = f"allows {b.allowed} eviction(s)" if b.computed else "is not computed yet"
+                refusing.append(f"{b.title} ({why}; the gang has {covered} pod(s) under it)")
+        if bool(refusing) == (job.protected_by is not None):
+            return
+        self.order(
+            f"budget:{job.id}",
+            ReportDisruptionBudget,
+            f"kube:budget:{job.id}:{'refuses' if refusing else 'allows'}:{self.s.seq}",
+            job=job.id,
+            allows=not refusing,
+            budget=_clip("; ".join(refusing), 500),
+        )
 
     def lifecycle(self, job: JobState, assigned: list[str], on: dict[str, PodView]) -> None:
         jid = job.spec.id
@@ -355,9 +410,11 @@ class _Planner:
         backfilled from the gang's live pods."""
         if not pods or not all(p.bare for p in pods):
             return
+        names = {p.key.name for p in pods}
         for t in gone[: max(deficit, 0)]:
             name = f"{t.base_name}-r{t.generation + 1}"
-            self.actions.append(Recreate(t.key, name, t.generation + 1))
+            if name not in names:  # made already (the pod's eviction waits on a budget)
+                self.actions.append(Recreate(t.key, name, t.generation + 1))
         if gone or deficit <= 0:
             return
         templates = [p for p in pods if not p.deleting] or pods

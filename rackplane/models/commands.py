@@ -114,6 +114,19 @@ class ReportJobRuntime(CommandEnvelope):
     detail: Reason = ""
 
 
+class ReportDisruptionBudget(CommandEnvelope):
+    """The job's runtime says whether the job may be disrupted by choice now (Kubernetes: the
+    PodDisruptionBudgets over its pods allow fewer evictions than it has pods). While it may
+    not, no defrag picks it as a victim and no operator preempts it; what a failure forces
+    (a swap, a migration, a requeue) and the eviction of a borrower still happen."""
+
+    type: Literal["ReportDisruptionBudget"] = "ReportDisruptionBudget"
+    job: JobId
+    allows: bool
+    budget: Reason = ""
+    """Which budget, in words (shown where a decision passes the job over)."""
+
+
 class CordonNode(CommandEnvelope):
     """Keep new work off a node; what runs there keeps running."""
 
@@ -245,6 +258,7 @@ Command = Annotated[
     | CompleteJob
     | FailJob
     | ReportJobRuntime
+    | ReportDisruptionBudget
     | CordonNode
     | UncordonNode
     | ReportNodeHealth

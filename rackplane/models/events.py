@@ -109,6 +109,16 @@ class JobRuntimeReported(EventEnvelope):
     detail: Note = ""
 
 
+class DisruptionBudgetReported(EventEnvelope):
+    """The job's disruption budget now allows (or refuses) a disruption by choice
+    (`ReportDisruptionBudget`)."""
+
+    type: Literal["DisruptionBudgetReported"] = "DisruptionBudgetReported"
+    job: JobId
+    allows: bool
+    budget: Note = ""
+
+
 class JobCancelled(EventEnvelope):
     """The job was stopped for good; its nodes (if any) are free."""
 
@@ -296,6 +306,7 @@ Event = Annotated[
     | JobCompleted
     | JobFailed
     | JobRuntimeReported
+    | DisruptionBudgetReported
     | JobCancelled
     | JobPreempted
     | NodeCordoned

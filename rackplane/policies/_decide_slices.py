@@ -124,6 +124,12 @@ def preempt_jobs(s: ClusterState, c: PreemptJobs, out: Emitter) -> None:
         elif c.cause == "eviction":
             if not job.borrowing:
                 chk.reject("invalid_state", f"job {job.id} runs on no borrowed spare")
+        elif job.protected_by is not None:
+            chk.reject(
+                "not_preemptible",
+                f"job {job.id} is protected by {job.protected_by}: its disruption budget "
+                "refuses a preemption now",
+            )
         elif kind is JobKind.INFERENCE:
             chk.reject("not_preemptible", f"job {job.id} is an inference service: never preempted")
         elif kind is JobKind.INTERACTIVE and not (c.allow_interactive and allowed_by):

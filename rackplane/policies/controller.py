@@ -31,6 +31,7 @@ from rackplane.models import (
     ConfigurePolicy,
     CordonNode,
     DegradeSlice,
+    DisruptionBudgetReported,
     Event,
     EventEnvelope,
     FailJob,
@@ -62,6 +63,7 @@ from rackplane.models import (
     RackRecovered,
     RegisterTopology,
     RepairNode,
+    ReportDisruptionBudget,
     ReportJobRuntime,
     ReportNodeHealth,
     ReportRackHealth,
@@ -192,6 +194,14 @@ def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
             _end_job(s, job, JobStatus.FAILED, out, JobFailed, reason=reason)
         case ReportJobRuntime():
             _report_job_runtime(s, c, out)
+        case ReportDisruptionBudget(job=job_id, allows=allows, budget=budget):
+            protected = chk.job_state(s, job_id).protected_by
+            if (protected is None) == allows:
+                chk.ignore(
+                    f"job {job_id}'s disruption budget "
+                    + ("already allows disruptions" if allows else "already refuses them")
+                )
+            out.emit(DisruptionBudgetReported, job=job_id, allows=allows, budget=budget)
         case CordonNode(node=node, reason=reason):
             if chk.node_state(s, node).cordoned:
                 chk.ignore(f"node {node} is already cordoned")

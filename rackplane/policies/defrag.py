@@ -98,6 +98,8 @@ def _candidates(state: ClusterState, beneficiary: JobId, priority: int) -> list[
     for v in state.jobs.values():
         if v.id == beneficiary or not v.status.holds_nodes or v.spec.priority > priority:
             continue
+        if v.protected_by is not None:  # its disruption budget refuses: not a victim now
+            continue
         kind = v.spec.kind
         if kind is JobKind.MANAGED or (kind is JobKind.INTERACTIVE and interactive_ok):
             out.append(v)
@@ -394,6 +396,7 @@ _RETRY = frozenset(
         "NodeRecovered",
         "NodeUncordoned",
         "RackRecovered",
+        "DisruptionBudgetReported",
     }
 )
 

@@ -230,6 +230,7 @@ def _job_out(key: JobId, j: JobState) -> list[Any]:
         j.preemptions,
         j.migrations,
         j.swaps,
+        *(() if j.protected_by is None else (j.protected_by,)),
     ]
 
 

@@ -187,7 +187,10 @@ def _job_in(spec: JobSpec, row: Any) -> tuple[JobId, JobState]:
         preemptions,
         migrations,
         swaps,
+        *rest,  # protected_by: written only when set (snapshots before it have 14 fields)
     ) = _list(row)
+    if len(rest) > 1:
+        raise Malformed(f"a job record has {14 + len(rest)} fields, at most 15")
     job = new_tuple(
         JobState,
         (
@@ -205,6 +208,7 @@ def _job_in(spec: JobSpec, row: Any) -> tuple[JobId, JobState]:
             _int(preemptions),
             _int(migrations),
             _int(swaps),
+            _str(rest[0]) if rest else None,
         ),
     )
     return (spec.id if key is None else _str(key)), job

@@ -19,6 +19,7 @@ from rackplane.models import (
     CommandIgnored,
     CommandRejected,
     DefragPlanned,
+    DisruptionBudgetReported,
     Event,
     Health,
     JobBlocked,
@@ -428,6 +429,7 @@ def _job_with(job: JobState, **changes: Any) -> JobState:
             get("preemptions", job.preemptions),
             get("migrations", job.migrations),
             get("swaps", job.swaps),
+            get("protected_by", job.protected_by),
         ),
     )
 
@@ -515,6 +517,7 @@ def _job_placed(b: _Builder, e: JobPlaced) -> None:
             job.preemptions,
             job.migrations,
             job.swaps,
+            job.protected_by,
         ),
     )
     b.release_reservations(spec.id)
@@ -540,6 +543,7 @@ def _job_started(b: _Builder, e: JobStarted) -> None:
             job.preemptions,
             job.migrations,
             job.swaps,
+            job.protected_by,
         ),
     )
 
@@ -647,6 +651,12 @@ def _job_runtime_reported(b: _Builder, e: JobRuntimeReported) -> None:
     status are rackplane's decisions, already folded."""
 
 
+def _disruption_budget_reported(b: _Builder, e: DisruptionBudgetReported) -> None:
+    job = b.job(e.job)
+    protected_by = None if e.allows else e.budget or "a disruption budget"
+    b.put_job(_job_with(job, protected_by=protected_by))
+
+
 def _on_record_only(b: _Builder, e: CommandRejected | CommandIgnored) -> None:
     """Nothing changes but seq and the command ids seen: the outcome is on record."""
 
@@ -663,6 +673,7 @@ def _handlers() -> dict[type[Any], Callable[[_Builder, Any], None]]:
         JobFailed: _job_failed,
         JobCancelled: _job_cancelled,
         JobRuntimeReported: _job_runtime_reported,
+        DisruptionBudgetReported: _disruption_budget_reported,
         JobPreempted: _job_preempted,
         NodeCordoned: _node_cordoned,
         NodeUncordoned: _node_uncordoned,

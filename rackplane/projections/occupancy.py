@@ -183,4 +183,5 @@ def _job_fields(j: JobState) -> list[object]:
         j.swaps,
         j.borrowing,
         j.front,
+        *(() if j.protected_by is None else (j.protected_by,)),
     ]

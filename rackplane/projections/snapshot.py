@@ -101,6 +101,7 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
         "preemptions",
         "migrations",
         "swaps",
+        "protected_by",
     ),
     SliceState: ("index", "size", "nodes", "racks"),
     BlockInfo: ("reason", "since", "allocatable_nodes", "placeable_slices", "explanation"),

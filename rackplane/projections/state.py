@@ -135,6 +135,9 @@ class JobState(NamedTuple):
     preemptions: int = 0
     migrations: int = 0
     swaps: int = 0
+    protected_by: str | None = None
+    """The disruption budget that refuses a disruption by choice now (`ReportDisruptionBudget`):
+    no defrag picks the job as a victim, no operator preempts it. None: nothing refuses."""
 
     @property
     def id(self) -> JobId:

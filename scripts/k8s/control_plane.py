@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""A throwaway Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler and
-kwok (fake kubelets), built from the Go module proxy, for the Kubernetes adapter's tests
-(issue 17).
+"""A throwaway Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager (a few controllers) and kwok (fake kubelets), built from the Go module
+proxy, for the Kubernetes adapter's tests (issue 17).
 
 Theory of operation
 -------------------
@@ -9,14 +9,16 @@ Theory of operation
    v0.0.0 and replaces them with `./staging/src/...`), so a small wrapper module of our own
    requires `k8s.io/kubernetes vK8S`, replaces each staging module with its published
    `v0.<minor>.<patch>` (the list read from kubernetes' own go.mod, fetched from the proxy),
-   copies its `godebug` lines, and blank-imports the apiserver's, the scheduler's and etcd's
-   library packages so `go mod tidy` keeps them. `go build` then makes `kube-apiserver`,
-   `kube-scheduler` and `etcd` (etcd's server module is in the same graph); `go install
+   copies its `godebug` lines, and blank-imports the apiserver's, the scheduler's, the
+   controller manager's and etcd's library packages so `go mod tidy` keeps them. `go build`
+   then makes `kube-apiserver`, `kube-scheduler`, `kube-controller-manager` and `etcd`
+   (etcd's server module is in the same graph); `go install
    sigs.k8s.io/kwok/cmd/kwok@vKWOK` makes kwok. Everything (binaries, GOCACHE, GOMODCACHE)
    lives in one cache directory keyed by the versions: `$RACKPLANE_CACHE/k8s-<k8s>-kwok-<kwok>`,
    else `~/.cache/rackplane/...`. A cold build takes about 9 minutes on 2 quiet cores (17 on
    busy ones); a cached one is skipped (a stamp file names the versions), and a cache that
-   lacks a binary (kube-scheduler came later) builds only that one. kwok's "fast" stages
+   lacks a binary (kube-scheduler and kube-controller-manager came later: about a minute
+   each once the others are built) builds only that one. kwok's "fast" stages
    (node-initialize, pod-ready, pod-complete, pod-delete) are copied from its module, at that
    version.
 2. Configure. A fresh temporary directory: a CA and a serving certificate for 127.0.0.1
@@ -30,12 +32,17 @@ Theory of operation
    none`; the Workload API on: `GenericWorkload` and `scheduling.k8s.io/v1beta1`, so gangs
    may be PodGroups); kube-scheduler (the default scheduler, with the admin kubeconfig,
    `--leader-elect=false`, serving on a loopback port with the apiserver's certificate, the
-   same gate: a gated scheduler facing an ungated server schedules nothing); kwok, managing
+   same gate: a gated scheduler facing an ungated server schedules nothing);
+   kube-controller-manager with only the controllers a workload of the tests needs
+   (`CONTROLLERS`: ReplicaSets and Jobs make their pods, the disruption controller computes
+   each PodDisruptionBudget's status; not the node lifecycle controller, which would evict
+   the pods of every kwok node, none of which posts a heartbeat); kwok, managing
    only nodes annotated `kwok.x-k8s.io/node: fake`, without node leases (a lease per node
    costs most of a core at 2,304 nodes).
-4. Ready: etcd's /health, kube-apiserver's /readyz (with the token), kube-scheduler's and
-   kwok's /healthz.
-5. Stop: SIGTERM to each process group (kwok, kube-scheduler, kube-apiserver, etcd), SIGKILL
+4. Ready: etcd's /health, kube-apiserver's /readyz (with the token), kube-scheduler's,
+   kube-controller-manager's and kwok's /healthz.
+5. Stop: SIGTERM to each process group (kwok, kube-controller-manager, kube-scheduler,
+   kube-apiserver, etcd), SIGKILL
    after a timeout; only what this script started, by PID; the directory is removed (kept,
    and named, when something failed).
 
@@ -80,7 +87,7 @@ WORKLOAD_API = "scheduling.k8s.io/v1beta1=true"
 """The Workload API (beta in 1.37, off by default): PodGroups and `spec.schedulingGroup`."""
 ENV_VAR = "RACKPLANE_TEST_KUBECONFIG"
 EXIT_FAILED = 3
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok")
 STAGES = (
     "node/fast/node-initialize.yaml",
     "pod/fast/pod-ready.yaml",
@@ -91,6 +98,10 @@ STAGES = (
 here marks a silent node NotReady (no kube-controller-manager), and a heartbeat would undo a
 test's own NotReady."""
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node=fake"
+CONTROLLERS = "replicaset,job,disruption"
+"""kube-controller-manager's controllers here: workloads whose controller owns their pods,
+and PodDisruptionBudgets with a computed status (without it the API server refuses every
+eviction under a budget)."""
 _TAIL_LINES = 40
 
 
@@ -199,12 +210,13 @@ def wrapper_go_mod(staging: list[str], godebug: list[str], go_directive: str) ->
 
 TOOLS_GO = """//go:build tools
 
-// Package tools keeps the apiserver's, the scheduler's and etcd's packages in the module graph.
+// Package tools keeps the control plane's and etcd's packages in the module graph.
 package tools
 
 import (
 \t_ "go.etcd.io/etcd/server/v3/etcdmain"
 \t_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+\t_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 \t_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 """
@@ -213,6 +225,11 @@ _K8S_VERSION_LDFLAGS = f"-s -w -X k8s.io/component-base/version.gitVersion=v{K8S
 GO_BUILDS = (
     ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", _K8S_VERSION_LDFLAGS),
     ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", _K8S_VERSION_LDFLAGS),
+    (
+        "kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        _K8S_VERSION_LDFLAGS,
+    ),
     ("etcd", "go.etcd.io/etcd/server/v3", "-s -w"),
 )
 """What `go build` makes in the wrapper module: (binary, package, ldflags)."""
@@ -223,7 +240,8 @@ def stamp() -> str:
 
 
 def build(cache_dir: Path | None = None) -> Path:
-    """The directory holding `etcd`, `kube-apiserver`, `kube-scheduler`, `kwok` and
+    """The directory holding `etcd`, `kube-apiserver`, `kube-scheduler`,
+    `kube-controller-manager`, `kwok` and
     `stages.yaml`, built if they are not there yet. When the stamp names these versions, the
     binaries already there are kept and only the missing ones are built (each written under a
     temporary name, then renamed into place).
@@ -396,8 +414,8 @@ def kwok_config(stages: Path, server_port: int) -> str:
 
 
 class ControlPlane:
-    """etcd, kube-apiserver, kube-scheduler and kwok from `binaries`, in a fresh temporary
-    directory."""
+    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok from
+    `binaries`, in a fresh temporary directory."""
 
     def __init__(
         self, binaries: Path, *, ready_timeout: float = 120.0, stop_timeout: float = 20.0
@@ -429,8 +447,8 @@ class ControlPlane:
         try:
             make_certs(d)
             (d / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
-            etcd_port, peer_port, api_port, kwok_port, scheduler_port = (
-                free_port() for _ in range(5)
+            etcd_port, peer_port, api_port, kwok_port, scheduler_port, kcm_port = (
+                free_port() for _ in range(6)
             )
             etcd = f"http://{HOST}:{etcd_port}"
             self._launch("etcd", [
@@ -476,12 +494,25 @@ class ControlPlane:
                 "--tls-private-key-file", str(d / "apiserver.key"),
                 "--feature-gates", WORKLOAD_GATE,
             ])  # fmt: skip
+            self._launch("kube-controller-manager", [
+                str(self.binaries / "kube-controller-manager"),
+                "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
+                "--controllers", CONTROLLERS, "--bind-address", HOST,
+                "--secure-port", str(kcm_port),
+                "--tls-cert-file", str(d / "apiserver.crt"),
+                "--tls-private-key-file", str(d / "apiserver.key"),
+                "--feature-gates", WORKLOAD_GATE,
+            ])  # fmt: skip
             self._launch("kwok", [
                 str(self.binaries / "kwok"), "--kubeconfig", str(self.kubeconfig),
                 "--config", str(d / "kwok.yaml"),
             ])  # fmt: skip
             self._wait(
                 "kube-scheduler", f"https://{HOST}:{scheduler_port}/healthz",
+                lambda body: body.strip() == b"ok", token=False,
+            )  # fmt: skip
+            self._wait(
+                "kube-controller-manager", f"https://{HOST}:{kcm_port}/healthz",
                 lambda body: body.strip() == b"ok", token=False,
             )  # fmt: skip
             self._wait(
@@ -574,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="control_plane.py",
         description=f"A throwaway Kubernetes {K8S_VERSION} control plane "
-        "(etcd, kube-apiserver, kube-scheduler, kwok).",
+        "(etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok).",
     )
     parser.add_argument("--cache-dir", type=Path, default=None, help="where the build lives")
     sub = parser.add_subparsers(dest="action", required=True)

@@ -36,6 +36,7 @@ from rackplane.models import (
     RackHealth,
     RegisterTopology,
     RepairNode,
+    ReportDisruptionBudget,
     ReportJobRuntime,
     ReportNodeHealth,
     ReportRackHealth,
@@ -488,6 +489,63 @@ CASES = [
         "a runtime cannot run a job on nodes it does not hold",
         [two_racks, lambda: submit("j1", 4), lambda: place("j1", A4)],
         lambda: cmd(ReportJobRuntime, job="j1", action="restarted", nodes=B4),
+        code="invalid_state",
+    ),
+    # -- disruption budgets
+    c(
+        "a budget that refuses protects the job",
+        [two_racks, lambda: submit("j1", 4), lambda: place("j1", A4)],
+        lambda: cmd(ReportDisruptionBudget, job="j1", allows=False, budget="pdb ns/j1"),
+        "DisruptionBudgetReported",
+    ),
+    c(
+        "a budget that allows an unprotected job changes nothing",
+        [two_racks, lambda: submit("j1", 4), lambda: place("j1", A4)],
+        lambda: cmd(ReportDisruptionBudget, job="j1", allows=True),
+    ),
+    c(
+        "a budget that allows again lifts the protection",
+        [
+            two_racks,
+            lambda: submit("j1", 4),
+            lambda: place("j1", A4),
+            lambda: cmd(ReportDisruptionBudget, job="j1", allows=False, budget="pdb"),
+        ],
+        lambda: cmd(ReportDisruptionBudget, job="j1", allows=True),
+        "DisruptionBudgetReported",
+    ),
+    c(
+        "a protected job is not preempted by hand",
+        [
+            two_racks,
+            lambda: submit("j1", 4),
+            lambda: place("j1", A4),
+            lambda: cmd(ReportDisruptionBudget, job="j1", allows=False, budget="pdb"),
+        ],
+        lambda: cmd(PreemptJobs, jobs=("j1",), reason="make room"),
+        code="not_preemptible",
+    ),
+    c(
+        "a protected job is still requeued when a failure leaves its slice short",
+        [
+            two_racks,
+            lambda: submit("j1", 4),
+            lambda: place("j1", A4),
+            lambda: cmd(ReportDisruptionBudget, job="j1", allows=False, budget="pdb"),
+            lambda: cmd(ReportNodeHealth, node=A4[0], health=Health.FAILED, cause="xid 79"),
+        ],
+        lambda: cmd(PreemptJobs, jobs=("j1",), cause="failure", reason="no spare"),
+        "JobPreempted",
+    ),
+    c(
+        "a budget report on a finished job is refused",
+        [
+            two_racks,
+            lambda: submit("j1", 4),
+            lambda: place("j1", A4),
+            lambda: cmd(CompleteJob, job="j1"),
+        ],
+        lambda: cmd(ReportDisruptionBudget, job="j1", allows=False),
         code="invalid_state",
     ),
     c(

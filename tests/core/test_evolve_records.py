@@ -39,6 +39,7 @@ JOB = JobState(
     preemptions=1,
     migrations=2,
     swaps=3,
+    protected_by="PodDisruptionBudget ns/pdb",
 )
 
 
@@ -47,6 +48,7 @@ def test_the_positional_constructors_know_every_field_of_a_job_in_order() -> Non
     assert list(JobState._fields) == [
         "spec", "status", "order", "submitted_at", "slices", "placed_at", "started_at",
         "run_since", "blocked", "borrowing", "front", "preemptions", "migrations", "swaps",
+        "protected_by",
     ]  # fmt: skip
     assert all(getattr(JOB, f) != d for f, d in JobState._field_defaults.items())
 

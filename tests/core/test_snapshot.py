@@ -32,6 +32,7 @@ from rackplane.models import (
     JobStatus,
     PolicySettings,
     RackHealth,
+    ReportDisruptionBudget,
     ReportNodeHealth,
     SubmitJob,
     Topology,
@@ -270,6 +271,7 @@ def _jobs(draw: st.DrawFn, nodes: list[str]) -> dict[str, JobState]:
             draw(st.integers(0, 9)),
             draw(st.integers(0, 9)),
             draw(st.integers(0, 9)),
+            draw(st.none() | _TEXT),
         )
     return out
 
@@ -444,6 +446,20 @@ def test_a_job_row_of_the_wrong_length_names_the_section() -> None:
     doc = json.loads(json.dumps(RICH))
     doc["jobs"][0] = doc["jobs"][0][:-1]
     with pytest.raises(SnapshotError, match=r"malformed snapshot \(jobs\)"):
+        decode_state(_sealed(json.dumps(doc).encode()))
+
+
+def test_a_job_row_written_before_protected_by_reads_as_unprotected() -> None:
+    h = Harness(initial_state(CLUSTER))
+    h.given(register(*RACKS, spares_per_rack=1), cmd(SubmitJob, job=job("j1", 2, slice_size=2)))
+    h.given(cmd(ReportDisruptionBudget, job="j1", allows=False, budget="pdb team/j1"))
+    doc = _document(encode_state(h.state))
+    assert doc["jobs"][0][-1] == "pdb team/j1"
+    assert decode_state(encode_state(h.state)).jobs["j1"].protected_by == "pdb team/j1"
+    doc["jobs"][0] = doc["jobs"][0][:-1]  # as a snapshot of an earlier build has it
+    assert decode_state(_sealed(json.dumps(doc).encode())).jobs["j1"].protected_by is None
+    doc["jobs"][0] += ["a", "b"]
+    with pytest.raises(SnapshotError, match=r"\(jobs\).*at most 15"):
         decode_state(_sealed(json.dumps(doc).encode()))
 
 

@@ -189,7 +189,7 @@ def test_the_workers_probes_ask_the_worker_whether_it_is_alive_and_ready() -> No
     assert worker["readinessProbe"]["httpGet"]["path"] == "/ready"
 
 
-def test_the_adapter_may_read_nodes_gang_pods_and_pod_groups_bind_evict_create_and_patch() -> None:
+def test_the_adapter_may_read_nodes_pods_groups_budgets_bind_evict_create_and_patch() -> None:
     role = named("ClusterRole", "rackplane-kube")
     granted = {
         (group, resource, verb)
@@ -203,7 +203,8 @@ def test_the_adapter_may_read_nodes_gang_pods_and_pod_groups_bind_evict_create_a
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "create"),
         ("", "pods", "patch"), ("", "pods/binding", "create"), ("", "pods/eviction", "create"),
         ("scheduling.k8s.io", "podgroups", "get"), ("scheduling.k8s.io", "podgroups", "list"),
-        ("scheduling.k8s.io", "podgroups", "watch"),
+        ("scheduling.k8s.io", "podgroups", "watch"), ("policy", "poddisruptionbudgets", "get"),
+        ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
     }  # fmt: skip
     binding = named("ClusterRoleBinding", "rackplane-kube")
     assert binding["roleRef"]["name"] == "rackplane-kube"

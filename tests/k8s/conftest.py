@@ -190,6 +190,36 @@ class Story:
             list(pool.map(lambda b: self.api.ok("POST", path, b), bodies))
         return names
 
+    def replica_set(self, job: str, nodes: int, **meta: str) -> None:
+        """A ReplicaSet of one gang's pods (`schedulerName: rackplane`): kube-controller-manager
+        makes them, and makes a new one for each that goes."""
+        labels = {"rackplane.io/job": job}
+        self.api.ok("POST", f"/apis/apps/v1/namespaces/{self.namespace}/replicasets", {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": job},
+            "spec": {"replicas": nodes, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels, "annotations": {
+                                      "rackplane.io/nodes": str(nodes), **meta}},
+                                  "spec": {"schedulerName": "rackplane",
+                                           "terminationGracePeriodSeconds": 0,
+                                           "containers": [{"name": "trainer",
+                                                           "image": "trainer:1"}]}}},
+        })  # fmt: skip
+
+    def budget(self, job: str, min_available: int) -> None:
+        """A PodDisruptionBudget over the gang's pods."""
+        self.api.ok("POST", f"/apis/policy/v1/namespaces/{self.namespace}/poddisruptionbudgets", {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": f"{job}-budget"},
+            "spec": {"minAvailable": min_available,
+                     "selector": {"matchLabels": {"rackplane.io/job": job}}},
+        })  # fmt: skip
+
+    def drop_budget(self, job: str) -> None:
+        self.api.ok(
+            "DELETE",
+            f"/apis/policy/v1/namespaces/{self.namespace}/poddisruptionbudgets/{job}-budget",
+        )
+
     def pods(self, job: str | None = None) -> list[dict[str, Any]]:
         selector = f"rackplane.io/job={job}" if job else "rackplane.io/job"
         got = self.api.ok(

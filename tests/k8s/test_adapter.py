@@ -6,11 +6,15 @@ stories are the issue's: a 128-node gang lands rack-local in 16-node slices; a n
 NotReady under it is swapped for its rack's spare; a third failure in a rack migrates only that
 slice; Auto Defrag evicts a managed victim (never an interactive one) to free a rack for a
 blocked 16-node job; `kubectl cordon` reaches rackplane; the adapter killed mid-gang resumes
-without a double binding.
+without a double binding. And two more, with kube-controller-manager's controllers: a
+ReplicaSet's pod lost with its node is made again by the ReplicaSet (not by rackplane) and
+bound to the spare; a gang whose PodDisruptionBudget allows no eviction is passed over by
+Auto Defrag until the budget goes.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +24,7 @@ import pytest
 from rackplane.models import (
     CommandRejected,
     DefragPlanned,
+    DisruptionBudgetReported,
     Event,
     JobBlocked,
     JobPreempted,
@@ -300,3 +305,86 @@ async def test_a_pod_groups_gang_of_the_workload_api_is_bound_rack_local(
     assert len(nodes) == 16 and set(nodes.values()) == set(placed.slices[0].nodes)
     assert {story.rack_of[n] for n in nodes.values()} == {story.rack_of[placed.slices[0].nodes[0]]}
     assert all(p["status"].get("phase") == "Running" for p in got["items"])
+
+
+async def test_a_replica_sets_pod_lost_with_its_node_is_made_by_it_and_bound_to_the_spare(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=1)
+    story.replica_set("rs", 16, **{"rackplane.io/slice-size": "16"})
+    pods = story.until_pods("rs", bound(16), timeout=120)
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet" for p in pods)
+    job = f"{story.namespace}/rs"
+    await story.state(lambda s: status(s, job) is JobStatus.RUNNING)
+    before = node_of(pods)
+    victim, old = sorted(before.items())[3]
+    story.not_ready(old)
+    (swap,) = of_type(NodeSwapped)(await story.events(lambda es: bool(of_type(NodeSwapped)(es))))
+    assert swap.old_node == old and swap.job == job
+    after = story.until_pods(
+        "rs", lambda ps: bound(16)(ps) and swap.new_node in node_of(ps).values(), timeout=120
+    )
+    now = node_of(after)
+    (made,) = set(now) - set(before)
+    assert now[made] == swap.new_node
+    new_pod = next(p for p in after if p["metadata"]["name"] == made)
+    assert new_pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"  # not rackplane's
+    assert "rackplane.io/base-name" not in new_pod["metadata"].get("annotations", {})
+    assert {n: p for n, p in now.items() if n != made} == {
+        n: p for n, p in before.items() if n != victim
+    }  # the other 15 pods untouched
+    assert "made pod" not in story.adapter_log()
+    no_node_twice(after)
+
+
+async def test_defrag_passes_over_a_gang_whose_disruption_budget_allows_no_eviction(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=2)
+    # 4 gangs of 8 fill the 2 racks (16 allocatable each); one per rack finishes: each rack
+    # keeps one gang and 8 free nodes, and a 16-node job fits in neither.
+    for g in range(4):
+        story.gang(f"g{g}", 8, **{"rackplane.io/slice-size": "8"})
+    rack_of_gang = {}
+    for g in range(4):
+        nodes = node_of(story.until_pods(f"g{g}", bound(8)))
+        (rack_of_gang[g],) = {story.rack_of[n] for n in nodes.values()}
+    by_rack: dict[str, list[int]] = {}
+    for g, rack in rack_of_gang.items():
+        by_rack.setdefault(rack, []).append(g)
+    assert sorted(len(gs) for gs in by_rack.values()) == [2, 2]
+    (first, second), (third, fourth) = by_rack.values()
+    for g in (first, third):
+        for p in story.pods(f"g{g}"):
+            story.set_phase(p["metadata"]["name"], "Succeeded")
+    keep = {f"{story.namespace}/g{g}": g for g in (second, fourth)}
+    for g in keep.values():
+        story.budget(f"g{g}", 8)  # minAvailable 8 of 8: no eviction allowed
+    await story.state(
+        lambda s: all(status(s, f"{story.namespace}/g{g}") is JobStatus.COMPLETED
+                      for g in (first, third))
+        and all(s.jobs[j].protected_by for j in keep)
+    )  # fmt: skip
+
+    big = f"{story.namespace}/big"
+    story.gang("big", 16, **{"rackplane.io/slice-size": "16"})
+    await story.events(lambda es: any(isinstance(e, JobBlocked) and e.job == big for e in es))
+    await asyncio.sleep(3.0)  # a defrag would have been planned by now
+    events = await story.events(lambda es: True)
+    assert not of_type(DefragPlanned)(events) and not of_type(JobPreempted)(events)
+    kept = {p["metadata"]["name"] for g in keep.values() for p in live(story.pods(f"g{g}"))}
+    assert len(kept) == 16
+
+    story.drop_budget(f"g{fourth}")  # that gang may be disrupted again
+    events = await story.events(lambda es: bool(of_type(DefragPlanned)(es)), 120)
+    (plan,) = of_type(DefragPlanned)(events)
+    assert plan.job == big and plan.victims == (f"{story.namespace}/g{fourth}",)
+    allowed = [e for e in of_type(DisruptionBudgetReported)(events) if e.allows]
+    assert [e.job for e in allowed] == [f"{story.namespace}/g{fourth}"]
+    assert events.index(allowed[0]) < events.index(plan)
+    big_pods = story.until_pods("big", bound(16), timeout=120)
+    assert {story.rack_of[n] for n in node_of(big_pods).values()} == {rack_of_gang[fourth]}
+    moved = story.until_pods(f"g{fourth}", bound(8), timeout=120)
+    assert {story.rack_of[n] for n in node_of(moved).values()} == {rack_of_gang[second]}
+    assert {p["metadata"]["name"] for p in live(story.pods(f"g{second}"))} <= kept  # untouched
+    no_node_twice([p for g in keep.values() for p in story.pods(f"g{g}")] + big_pods)

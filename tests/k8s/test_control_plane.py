@@ -104,3 +104,49 @@ def test_kube_scheduler_binds_an_ungated_pod_to_the_node_its_affinity_names(api:
         api.call("DELETE", path, {"gracePeriodSeconds": 0})
         for name in names:
             api.call("DELETE", f"/api/v1/nodes/{name}")
+
+
+def test_controllers_make_a_replica_sets_pods_and_a_budget_refuses_an_eviction(api: Api) -> None:
+    """kube-controller-manager runs the ReplicaSet and disruption controllers: the pods of a
+    ReplicaSet are made (owned by it), a PodDisruptionBudget over them gets its status, and an
+    eviction it does not allow is refused with 429 (what the adapter reads as "refused")."""
+    tag = uuid.uuid4().hex[:6]
+    ns = f"cp-{tag}"
+    api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    node = f"gb-{tag}-n00"
+    api.ok("POST", "/api/v1/nodes", fake_node(node, f"cluster-{tag}.1"))
+    api.until(f"/api/v1/nodes/{node}", ready)
+    labels = {"app": f"a-{tag}"}
+    api.ok("POST", f"/apis/apps/v1/namespaces/{ns}/replicasets", {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "rs"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"schedulerName": "rackplane", "nodeName": node,
+                                       "terminationGracePeriodSeconds": 0,
+                                       "containers": [{"name": "c", "image": "x:1"}]}}},
+    })  # fmt: skip
+    pods = api.until(
+        f"/api/v1/namespaces/{ns}/pods",
+        lambda got: (
+            len(got["items"]) == 2
+            and all(p["status"].get("phase") == "Running" for p in got["items"])
+        ),
+    )["items"]
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet" for p in pods)
+    api.ok("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "all"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": labels}},
+    })  # fmt: skip
+    budget = api.until(
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/all",
+        lambda b: b.get("status", {}).get("observedGeneration") == b["metadata"]["generation"],
+    )
+    assert (budget["status"]["currentHealthy"], budget["status"]["disruptionsAllowed"]) == (2, 0)
+    name = pods[0]["metadata"]["name"]
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": ns}}  # fmt: skip
+    status, got = api.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", eviction)
+    assert status == 429, got
+    assert "disruption budget" in got["message"]
+    api.call("DELETE", f"/api/v1/namespaces/{ns}")
+    api.call("DELETE", f"/api/v1/nodes/{node}")

@@ -44,15 +44,18 @@ from rackplane.kube.objects import (
     PROBLEM_ANNOTATION,
     SLICE_ANNOTATION,
     SLICES_ANNOTATION,
+    budget_view,
     group_view,
     node_view,
     pod_view,
     replacement,
+    selects,
 )
 from rackplane.kube.plan import CORDON_REASON
 from rackplane.models import (
     CommandRejected,
     CordonNode,
+    DisruptionBudgetReported,
     Event,
     Health,
     JobKind,
@@ -62,6 +65,7 @@ from rackplane.models import (
     PolicySettings,
     PreemptJobs,
     RegisterTopology,
+    ReportDisruptionBudget,
     ReportNodeHealth,
     SliceDegraded,
     StartJob,
@@ -130,6 +134,9 @@ class World:
         self.settings = PolicySettings(spares_per_rack=1, **policy)
         self.kube_cordoned: set[str] = set()
         self.groups: dict[tuple[str, str], dict[str, Any]] = {}
+        self.budgets: list[dict[str, Any]] = []
+        self.refuse: set[PodKey] = set()
+        """Pods whose eviction the API server refuses (a PodDisruptionBudget's 429)."""
 
     @property
     def state(self) -> Any:
@@ -144,6 +151,7 @@ class World:
             topology=topology,
             kube_cordoned=frozenset(self.kube_cordoned),
             groups={k: group_view(g) for k, g in self.groups.items()},
+            budgets=[budget_view(b) for b in self.budgets],
         )
 
     def plan(self) -> Plan:
@@ -160,11 +168,14 @@ class World:
         return events
 
     def settle(self, rounds: int = 20) -> list[Plan]:
-        """Plan and carry out until a plan is empty; the plans made."""
+        """Plan and carry out until a plan is empty (but for the evictions the API server
+        refuses, which the adapter tries again); the plans made."""
         plans = []
         for _ in range(rounds):
             p = self.plan()
-            if not p.orders and not p.actions:
+            if not p.orders and all(
+                isinstance(a, Evict) and a.pod in self.refuse for a in p.actions
+            ):
                 return plans
             plans.append(p)
             for order in p.orders:
@@ -186,7 +197,8 @@ class World:
                 pod["spec"]["schedulingGates"] = []
                 pod["metadata"]["annotations"].update({**a, AFFINITY_ANNOTATION: "null"})
             case Evict(pod=key):
-                self.pods[key]["metadata"]["deletionTimestamp"] = "now"
+                if key not in self.refuse:
+                    self.pods[key]["metadata"]["deletionTimestamp"] = "now"
             case Recreate(template=key, name=name, generation=g):
                 new = replacement(self.pods[key], name, g)
                 new["metadata"]["resourceVersion"] = "1"
@@ -219,6 +231,15 @@ class World:
 
     def on(self, key: PodKey) -> str:
         return str(self.pods[key]["spec"].get("nodeName", ""))
+
+
+def running_gang(world: World, job: str, nodes: int) -> list[PodKey]:
+    """A gang of `nodes` pods in one slice, placed, bound and Running."""
+    keys = world.gang(job, nodes, **{"rackplane.io/slice-size": str(nodes)})
+    world.settle()
+    world.kubelet("Running")
+    world.settle()
+    return keys
 
 
 def job_nodes(world: World, job: str) -> list[str]:
@@ -296,10 +317,7 @@ def test_a_free_node_gone_from_the_api_server_leaves_the_topology(world: World) 
 def test_a_node_gone_under_a_job_is_failed_and_swapped_before_it_leaves_the_topology(
     world: World,
 ) -> None:
-    world.gang("train", 4, **{"rackplane.io/slice-size": "4"})
-    world.settle()
-    world.kubelet("Running")
-    world.settle()
+    running_gang(world, "train", 4)
     gone = job_nodes(world, "team/train")[0]
     del world.nodes[gone]
     p = world.plan()
@@ -379,10 +397,7 @@ def test_all_pods_running_starts_the_job_naming_its_pods_and_all_succeeded_compl
 
 
 def test_a_failed_pod_on_a_sound_node_fails_the_job(world: World) -> None:
-    keys = world.gang("train", 4, **{"rackplane.io/slice-size": "4"})
-    world.settle()
-    world.kubelet("Running")
-    world.settle()
+    keys = running_gang(world, "train", 4)
     pod = world.pods[keys[1]]
     pod["status"] = {"phase": "Failed", "reason": "Error", "message": "exit code 1"}
     world.settle()
@@ -392,10 +407,7 @@ def test_a_failed_pod_on_a_sound_node_fails_the_job(world: World) -> None:
 def test_a_failed_node_under_a_gang_is_swapped_the_pod_made_again_on_the_spare(
     world: World,
 ) -> None:
-    keys = world.gang("train", 4, **{"rackplane.io/slice-size": "4"})
-    world.settle()
-    world.kubelet("Running")
-    world.settle()
+    keys = running_gang(world, "train", 4)
     victim = keys[2]
     old = world.on(victim)
     world.nodes[old] = k8s_node(old, old.split("-")[0], ready="False", since="t1")
@@ -414,11 +426,108 @@ def test_a_failed_node_under_a_gang_is_swapped_the_pod_made_again_on_the_spare(
     assert world.state.jobs["team/train"].status is JobStatus.RUNNING
 
 
-def test_a_preempted_gang_is_evicted_and_made_again_for_its_next_placement(world: World) -> None:
-    keys = world.gang("train", 4, **{"rackplane.io/slice-size": "4"})
+def k8s_budget(
+    name: str, selector: dict[str, Any] | None, allowed: int, *, computed: bool = True
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"minAvailable": 1}
+    if selector is not None:
+        spec["selector"] = selector
+    return {
+        "metadata": {"name": name, "namespace": "team", "generation": 2},
+        "spec": spec,
+        "status": {"observedGeneration": 2 if computed else 1, "disruptionsAllowed": allowed},
+    }
+
+
+@pytest.mark.parametrize(
+    ("selector", "picks"),
+    [
+        (None, False),  # policy/v1: a null selector selects no pod
+        ({}, True),  # an empty one selects every pod of the namespace
+        ({"matchLabels": {"app": "a"}}, True),
+        ({"matchLabels": {"app": "b"}}, False),
+        ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["a", "b"]}]}, True),
+        ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["a"]}]}, False),
+        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}, True),
+        ({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, True),
+        ({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, False),
+        ({"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}, False),
+        ({"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "t", "operator": "Exists"}]},
+         False),
+    ],
+)  # fmt: skip
+def test_a_label_selector_picks_as_the_api_server_does(selector: Any, picks: bool) -> None:
+    assert selects(selector, {"app": "a"}) is picks
+
+
+def test_a_budget_that_allows_fewer_evictions_than_the_gang_has_pods_protects_its_job(
+    world: World,
+) -> None:
+    running_gang(world, "train", 4)
+    selector = {"matchLabels": {JOB_LABEL: "train"}}
+    world.budgets = [k8s_budget("enough", selector, 4), k8s_budget("elsewhere", {}, 0)]
+    world.budgets[1]["metadata"]["namespace"] = "other"
+    assert world.plan() == Plan((), ())  # 4 of 4 allowed; the other namespace's is not ours
+    world.budgets.append(k8s_budget("tight", selector, 3))
+    (order,) = world.plan().orders
+    c = order.command
+    assert isinstance(c, ReportDisruptionBudget) and c.job == "team/train" and not c.allows
+    assert "PodDisruptionBudget team/tight (allows 3 eviction(s)" in c.budget
+    world.settle()
+    assert world.state.jobs["team/train"].protected_by == c.budget
+    world.budgets.pop()  # the budget is deleted: the job may be disrupted again
+    world.settle()
+    assert world.state.jobs["team/train"].protected_by is None
+    reports = [e for e in world.events if isinstance(e, DisruptionBudgetReported)]
+    assert [e.allows for e in reports] == [False, True]
+
+
+def test_a_budget_whose_status_is_not_computed_refuses_as_the_api_server_would(
+    world: World,
+) -> None:
+    world.gang("train", 2, **{"rackplane.io/slice-size": "2"})
+    world.budgets = [k8s_budget("new", {"matchExpressions": [
+        {"key": JOB_LABEL, "operator": "In", "values": ["train", "x"]}
+    ]}, 5, computed=False)]  # fmt: skip
+    world.settle()
+    protected = world.state.jobs["team/train"].protected_by
+    assert protected is not None and "is not computed yet" in protected
+
+
+def test_a_pod_is_not_bound_to_a_node_another_gangs_pod_has_not_left(world: World) -> None:
+    a = world.gang("a", 4, **{"rackplane.io/slice-size": "4"})
+    world.gang("c", 5, **{"rackplane.io/slice-size": "5"})
     world.settle()
     world.kubelet("Running")
     world.settle()
+    rack_a = {world.on(k).split("-")[0] for k in a}
+    b = world.gang("b", 5, **{"rackplane.io/slice-size": "5", "rackplane.io/priority": "9"})
+    world.settle()
+    assert world.state.jobs["team/b"].status is JobStatus.QUEUED  # no rack has 5 free
+    world.refuse = set(a)  # a budget refuses a's evictions (the adapter's protection raced)
+    world.handle(PreemptJobs(id="p1", cluster=CLUSTER, actor="policy:defrag", jobs=("team/a",)))
+    assert {n.split("-")[0] for n in job_nodes(world, "team/b")} == rack_a
+    world.settle()
+    held = {world.on(k) for k in a}
+    bound = {world.on(k) for k in b} - {""}
+    assert len(bound) == 1 and not bound & held  # only the node nobody was on
+    waiting = [k for k in b if not world.on(k)]
+    problems = {world.pods[k]["metadata"]["annotations"].get(PROBLEM_ANNOTATION) for k in waiting}
+    (problem,) = problems
+    assert problem is not None and "left by team/a" in problem
+    world.refuse.clear()  # the budget allows: a's pods go, b's take their nodes once gone
+    world.settle()
+    assert len({world.on(k) for k in b} - {""}) == 1  # terminating pods still hold the GPUs
+    for _ in range(2):
+        world.kubelet("Running")
+        world.settle()
+    assert sorted(world.on(k) for k in b) == sorted(job_nodes(world, "team/b"))
+    assert all(PROBLEM_ANNOTATION not in world.pods[k]["metadata"]["annotations"] for k in b)
+    assert world.state.jobs["team/b"].status is JobStatus.RUNNING
+
+
+def test_a_preempted_gang_is_evicted_and_made_again_for_its_next_placement(world: World) -> None:
+    keys = running_gang(world, "train", 4)
     world.handle(PreemptJobs(id="p1", cluster=CLUSTER, actor="policy:defrag", jobs=("team/train",)))
     job = world.state.jobs["team/train"]
     if job.status is JobStatus.QUEUED:  # not placed again at once: its pods go first

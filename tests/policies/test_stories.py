@@ -20,6 +20,7 @@ from rackplane.models import (
     PolicySettings,
     RackHealth,
     RegisterTopology,
+    ReportDisruptionBudget,
     ReportNodeHealth,
     ReportRackHealth,
     SliceAssignment,
@@ -128,6 +129,31 @@ def test_fragmentation_defrag_moves_the_cheaper_job_and_the_hero_runs_in_one_rac
     a = engine.state.jobs["a"]
     assert a.status.value == "placed" and a.slices[0].racks != (rack_of_a,)
     assert len(engine.state.reservations) == 0  # released once the hero is placed
+
+
+def test_defrag_passes_over_a_job_whose_disruption_budget_refuses() -> None:
+    engine, clock = fragmented("tas+spares+defrag")
+    run(engine, clock, cmd(ReportDisruptionBudget, job="a", allows=False, budget="pdb ns/a"))
+    assert engine.state.jobs["a"].protected_by == "pdb ns/a"
+    events = run(engine, clock, cmd(SubmitJob, job=job("hero", 16)))
+    (plan,) = [e for e in events if isinstance(e, DefragPlanned)]
+    assert plan.victims == ("b",)  # the cheaper victim is protected: the dearer one goes
+    assert all(alt.victims != ("a",) for alt in plan.alternatives)
+    assert engine.state.jobs["a"].slices[0].racks == ("r01",)  # a was not touched
+    assert engine.state.jobs["hero"].slices[0].racks == ("r02",)
+
+
+def test_a_job_blocked_behind_protected_jobs_gets_its_defrag_once_a_budget_allows() -> None:
+    engine, clock = fragmented("tas+spares+defrag")
+    for j in ("a", "b"):
+        run(engine, clock, cmd(ReportDisruptionBudget, job=j, allows=False, budget=f"pdb {j}"))
+    events = run(engine, clock, cmd(SubmitJob, job=job("hero", 16)))
+    assert not [e for e in events if isinstance(e, DefragPlanned | JobPreempted)]
+    assert engine.state.jobs["hero"].blocked is not None
+    events = run(engine, clock, cmd(ReportDisruptionBudget, job="b", allows=True))
+    (plan,) = [e for e in events if isinstance(e, DefragPlanned)]
+    assert plan.victims == ("b",)
+    assert engine.state.jobs["hero"].slices[0].racks == ("r02",)
 
 
 # (b) A 128-node job on the 128-rack example: 8 slices of 16 on 8 racks of one pod, 2 spares
