@@ -16,12 +16,11 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client, config
 
-from rackplane.kube.objects import GATE, JOB_LABEL
+from rackplane.kube.objects import GATE, JOB_LABEL, GroupApi
 
 Json = dict[str, Any]
 
 _WATCH_TIMEOUT_S = 300
-POD_GROUPS_API = "/apis/scheduling.k8s.io/v1beta1"
 """The Workload API's PodGroups as Kubernetes 1.37 serves them (beta, `GenericWorkload`)."""
 """A watch the server ends after this long is opened again from its last resourceVersion."""
 
@@ -109,21 +108,19 @@ class KubeApi:
         query = [("labelSelector", self.pod_selector)] if self.pod_selector else []
         return await self.call("GET", _pods_path(namespace), query=query, timeout=120.0)
 
-    async def list_pod_groups(self, namespace: str | None) -> Json:
-        return await self.call("GET", _groups_path(namespace), timeout=120.0)
+    async def list_objects(self, kind: str, namespace: str | None) -> Json:
+        """Every object of `kind` ("budgets", or `groups_kind(api)`)."""
+        return await self.call("GET", _path(kind, namespace), timeout=120.0)
 
-    async def list_budgets(self, namespace: str | None) -> Json:
-        return await self.call("GET", _budgets_path(namespace), timeout=120.0)
-
-    async def serves_pod_groups(self) -> bool:
-        """Whether the server has the Workload API's PodGroups (`POD_GROUPS_API`: the
-        `GenericWorkload` gate and its runtime-config on).
+    async def serves_pod_groups(self, api: GroupApi) -> bool:
+        """Whether the server serves `api`'s PodGroups (the Workload API: its gate and
+        runtime-config on; a CRD: installed).
 
         Raises:
             ApiError: the server did not answer (a 404 is an answer: no).
         """
         try:
-            found = await self.call("GET", POD_GROUPS_API)
+            found = await self.call("GET", api.path)
         except ApiError as err:
             if err.status == 404:
                 return False
@@ -133,20 +130,15 @@ class KubeApi:
     async def watch(
         self, kind: str, namespace: str | None, version: str, selector: str | None = None
     ) -> AsyncIterator[Json]:
-        """The watch events ({type, object}) of `kind` ("nodes", "pods", "podgroups" or
-        "budgets": PodDisruptionBudgets) after `version`
+        """The watch events ({type, object}) of `kind` ("nodes", "pods", "budgets":
+        PodDisruptionBudgets, or `groups_kind(api)`: PodGroups) after `version`
         (nodes: those `selector` picks, if given).
 
         Raises:
             ApiError: the watch could not start, or the server ended it with an error (410:
                 the version is too old; list again).
         """
-        path = {
-            "nodes": "/api/v1/nodes",
-            "pods": _pods_path(namespace),
-            "podgroups": _groups_path(namespace),
-            "budgets": _budgets_path(namespace),
-        }[kind]
+        path = _path(kind, namespace)
         query: list[tuple[str, Any]] = [
             ("watch", "true"),
             ("resourceVersion", version),
@@ -248,16 +240,26 @@ def _pods_path(namespace: str | None) -> str:
     return "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
 
 
-def _budgets_path(namespace: str | None) -> str:
-    if namespace is None:
-        return "/apis/policy/v1/poddisruptionbudgets"
-    return f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+GROUPS_KIND = "podgroups:"
 
 
-def _groups_path(namespace: str | None) -> str:
-    if namespace is None:
-        return f"{POD_GROUPS_API}/podgroups"
-    return f"{POD_GROUPS_API}/namespaces/{namespace}/podgroups"
+def groups_kind(api: GroupApi) -> str:
+    """The kind of `api`'s PodGroups for `list_objects` and `watch`."""
+    return GROUPS_KIND + api.version
+
+
+def _path(kind: str, namespace: str | None) -> str:
+    if kind == "nodes":
+        return "/api/v1/nodes"
+    if kind == "pods":
+        return _pods_path(namespace)
+    if kind == "budgets":
+        base, plural = "/apis/policy/v1", "poddisruptionbudgets"
+    elif kind.startswith(GROUPS_KIND):
+        base, plural = f"/apis/{kind.removeprefix(GROUPS_KIND)}", "podgroups"
+    else:
+        raise ValueError(f"no such kind: {kind!r}")
+    return f"{base}/{plural}" if namespace is None else f"{base}/namespaces/{namespace}/{plural}"
 
 
 def pin_ops(spec: Mapping[str, Any], node: str) -> list[Json]:

@@ -38,10 +38,13 @@ from rackplane.importers.k8s import (
     k8s_topology,
 )
 from rackplane.keyfiles import KeyFile
-from rackplane.kube._api import ApiError, Json, KubeApi
+from rackplane.kube._api import GROUPS_KIND, ApiError, Json, KubeApi, groups_kind
 from rackplane.kube.objects import (
     AFFINITY_ANNOTATION,
+    GROUP_APIS,
     BudgetView,
+    GroupApi,
+    GroupKey,
     GroupView,
     NodeView,
     PodKey,
@@ -125,8 +128,8 @@ class KubeAdapter:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self.listed = {k: asyncio.Event() for k in ("nodes", "pods", "budgets")}
-        self.groups: dict[tuple[str, str], GroupView] = {}
-        """The PodGroups (when the server has the Workload API), by namespace and name."""
+        self.groups: dict[GroupKey, GroupView] = {}
+        """The PodGroups of every API in `GROUP_APIS` the server serves."""
         self.budgets: dict[tuple[str, str], BudgetView] = {}
         """The PodDisruptionBudgets, by namespace and name."""
         self._refused: dict[PodKey, float] = {}
@@ -138,10 +141,11 @@ class KubeAdapter:
     async def run(self) -> None:
         """Reflect, follow and reconcile until cancelled."""
         kinds = ["nodes", "pods", "budgets"]
-        if await self._pod_groups_served():
-            self.api.pod_selector = None  # a PodGroup's pods carry no label: read every pod
-            self.listed["podgroups"] = asyncio.Event()
-            kinds.append("podgroups")
+        for api in GROUP_APIS:
+            if await self._pod_groups_served(api):
+                self.api.pod_selector = None  # a PodGroup's pods carry no label: read all
+                self.listed[groups_kind(api)] = asyncio.Event()
+                kinds.append(groups_kind(api))
         async with Client(self.config) as client:
             loops = [
                 *(asyncio.create_task(self._reflect(k), name=f"kube-{k}") for k in kinds),
@@ -185,19 +189,22 @@ class KubeAdapter:
             await listed.wait()
         await self.caught_up.wait()
 
-    async def _pod_groups_served(self) -> bool:
+    async def _pod_groups_served(self, api: GroupApi) -> bool:
         for delay in _RETRY_S:
             try:
-                served = await self.api.serves_pod_groups()
+                served = await self.api.serves_pod_groups(api)
             except ApiError as err:
                 log.warning(
-                    "kube: cannot ask for the Workload API (%s); again in %.1f s", err, delay
+                    "kube: cannot ask for %s's PodGroups (%s); again in %.1f s",
+                    api.title,
+                    err,
+                    delay,
                 )
                 await asyncio.sleep(delay)
                 continue
-            log.info("kube: gangs of PodGroups (scheduling.k8s.io/v1beta1): %s", served)
+            log.info("kube: gangs of %s's PodGroups (%s): %s", api.title, api.version, served)
             return served
-        log.warning("kube: the Workload API is not known; gangs by label only")
+        log.warning("kube: whether %s's PodGroups are served is not known: not read", api.title)
         return False
 
     async def _reflect(self, kind: str) -> None:
@@ -208,10 +215,8 @@ class KubeAdapter:
                     listing = await self.api.list_nodes(self.node_selector)
                 elif kind == "pods":
                     listing = await self.api.list_pods(self.namespace)
-                elif kind == "budgets":
-                    listing = await self.api.list_budgets(self.namespace)
                 else:
-                    listing = await self.api.list_pod_groups(self.namespace)
+                    listing = await self.api.list_objects(kind, self.namespace)
                 self._replace(kind, listing.get("items") or [])
                 version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
                 self.listed[kind].set()
@@ -227,12 +232,16 @@ class KubeAdapter:
                 if err.status == 410:
                     log.info("kube: the %s watch is too old; listing again", kind)
                     continue
-                if kind == "budgets" and err.status == 403 and not self.listed[kind].is_set():
+                optional = kind not in ("nodes", "pods")
+                if optional and err.status == 403 and not self.listed[kind].is_set():
                     log.warning(
-                        "kube: may not read PodDisruptionBudgets (%s): a defrag may pick a "
-                        "gang whose budget refuses, and its evictions then wait; asking "
+                        "kube: may not read %s (%s): going on without them (%s); asking "
                         "again in %.0f s",
+                        kind,
                         err,
+                        "a defrag may pick a gang whose budget refuses, and its evictions then wait"
+                        if kind == "budgets"
+                        else "their gangs wait",
                         _FORBIDDEN_RETRY_S,
                     )
                     self.listed[kind].set()  # reconcile without them rather than not at all
@@ -250,14 +259,14 @@ class KubeAdapter:
             for obj in items:
                 self._apply("nodes", "ADDED", obj)
             self._topology_stale = True
-        elif kind == "podgroups":
-            self.groups = {}
+        elif kind == "budgets" or kind.startswith(GROUPS_KIND):
+            if kind == "budgets":
+                self.budgets = {}
+            else:
+                api = kind.removeprefix(GROUPS_KIND)
+                self.groups = {k: g for k, g in self.groups.items() if k.api != api}
             for obj in items:
-                self._apply("podgroups", "ADDED", obj)
-        elif kind == "budgets":
-            self.budgets = {}
-            for obj in items:
-                self._apply("budgets", "ADDED", obj)
+                self._apply(kind, "ADDED", obj)
         else:
             self.pods = {}
             self._pod_views = {}
@@ -281,12 +290,12 @@ class KubeAdapter:
                 if self._fabric.get(name) != fabric:
                     self._fabric[name] = fabric
                     self._topology_stale = True
-        elif kind == "podgroups":
-            group = group_view(obj)
+        elif kind.startswith(GROUPS_KIND):
+            group = group_view(obj, kind.removeprefix(GROUPS_KIND))
             if change == "DELETED":
-                self.groups.pop((group.namespace, group.name), None)
+                self.groups.pop(group.key, None)
             else:
-                self.groups[(group.namespace, group.name)] = group
+                self.groups[group.key] = group
         elif kind == "budgets":
             budget = budget_view(obj)
             if change == "DELETED":

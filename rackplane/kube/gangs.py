@@ -7,7 +7,8 @@ Rules of this file:
       its label, `rackplane.io/<field>`. `nodes` is required (one pod per node, so it is the
       gang's size); the rest default as `JobSpec` does; the owner defaults to `kube:<namespace>`.
     - A PodGroup's gang (`objects.GroupView`): each field from the group's annotation first;
-      `nodes` defaults to the group's gang `minCount`.
+      `nodes` defaults to the group's size (the Workload API's gang `minCount`, the others'
+      `minMember`).
     - Durations (`checkpoint-interval`, `expected-duration`) are seconds or `90s`, `30m`, `2h`.
     - A value that cannot be read refuses the gang with a one-line reason (`GangError`); the
       adapter writes it on the pods (`rackplane.io/problem`) and submits nothing.
@@ -21,7 +22,7 @@ from datetime import timedelta
 
 from pydantic import ValidationError
 
-from rackplane.kube.objects import GROUP, GroupView, PodView
+from rackplane.kube.objects import GROUP, WORKLOAD_API, GroupView, PodView
 from rackplane.models import JobSpec
 from rackplane.models._text import describe_error
 
@@ -64,7 +65,15 @@ def gang_spec(pod: PodView, group: GroupView | None = None) -> JobSpec:
     if "nodes" not in raw:
         raise GangError(
             f"{GROUP}/nodes is missing: say how many nodes (pods) the gang has"
-            + (" (or give its PodGroup a gang minCount)" if group is not None else "")
+            + (
+                (
+                    " (or give its PodGroup a gang minCount)"
+                    if group.api == WORKLOAD_API.version
+                    else " (or give its PodGroup a minMember)"
+                )
+                if group is not None
+                else ""
+            )
         )
     values: dict[str, object] = {}
     for name, text in raw.items():

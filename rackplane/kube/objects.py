@@ -6,12 +6,17 @@ Nothing here does I/O; the views are built again whenever an object changes.
 
 Names rackplane reads and writes (all under `rackplane.io/`):
     - label `rackplane.io/job`: the gang a pod belongs to (one job per namespace and value).
-      Without it, a pod of rackplane's (`schedulerName: rackplane`) whose
-      `spec.schedulingGroup.podGroupName` names a PodGroup (the Workload API,
-      `scheduling.k8s.io/v1beta1` in 1.37, behind the `GenericWorkload` gate) belongs to
-      that group's gang: the job is `<namespace>/<group>`, its size the group's
-      `spec.schedulingPolicy.gang.minCount`, the rest from the group's `rackplane.io/*`
-      annotations (then the pods').
+      Without it, a pod of rackplane's (`schedulerName: rackplane`) that names a PodGroup
+      belongs to that group's gang: the job is `<namespace>/<group>`, its size the group's
+      minimum (`GROUP_APIS`), the rest from the group's `rackplane.io/*` annotations (then
+      the pods'). The PodGroups read (`GROUP_APIS`, each where the server serves it): the
+      Workload API's (`scheduling.k8s.io/v1beta1` in 1.37, behind the `GenericWorkload`
+      gate; the pod names it in `spec.schedulingGroup.podGroupName`, the size is
+      `spec.schedulingPolicy.gang.minCount`), Volcano's (`scheduling.volcano.sh/v1beta1`;
+      annotation `scheduling.k8s.io/group-name` or `scheduling.volcano.sh/group-name`),
+      KAI Scheduler's (`scheduling.run.ai/v2alpha2`; annotation `pod-group-name`) and the
+      coscheduling plugin's (`scheduling.x-k8s.io/v1alpha1`; label
+      `scheduling.x-k8s.io/pod-group`), the last three sized by `spec.minMember`.
     - labels or annotations `rackplane.io/nodes`, `kind`, `priority`, `slice-size`,
       `min-nodes-per-slice`, `checkpoint-interval`, `owner`, `name`: the job's spec (`gangs`).
     - scheduling gate `rackplane.io/placement`: the gate mode (kube-scheduler binds).
@@ -66,6 +71,36 @@ and whose status is "True" reports a GPU problem (the GPU operator's and NVSenti
 health checks set such conditions)."""
 
 
+class GroupApi(NamedTuple):
+    """A PodGroup API: where its groups are served, and how a pod names one."""
+
+    version: str
+    """`group/version`, as in a PodGroup's `apiVersion`."""
+    title: str
+    annotations: tuple[str, ...] = ()
+    """Pod annotations that name the group (the first set wins)."""
+    label: str = ""
+    """A pod label that names the group."""
+
+    @property
+    def path(self) -> str:
+        return f"/apis/{self.version}"
+
+
+WORKLOAD_API = GroupApi("scheduling.k8s.io/v1beta1", "the Workload API")
+GROUP_APIS = (
+    WORKLOAD_API,
+    GroupApi(
+        "scheduling.volcano.sh/v1beta1",
+        "Volcano",
+        annotations=("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"),
+    ),
+    GroupApi("scheduling.run.ai/v2alpha2", "KAI Scheduler", annotations=("pod-group-name",)),
+    GroupApi("scheduling.x-k8s.io/v1alpha1", "coscheduling", label="scheduling.x-k8s.io/pod-group"),
+)
+"""The PodGroup APIs rackplane reads gangs from, where the server serves them."""
+
+
 class PodKey(NamedTuple):
     """A pod's namespace and name."""
 
@@ -111,17 +146,37 @@ class PodView(NamedTuple):
     generation: int
     base_name: str
     group: str = ""
-    """`spec.schedulingGroup.podGroupName` when the gang is a PodGroup's ("" otherwise)."""
+    """The PodGroup the pod names when the gang is a group's ("" otherwise)."""
+    group_api: str = ""
+    """That group's API (`GroupApi.version`)."""
+
+    @property
+    def group_key(self) -> GroupKey:
+        return GroupKey(self.key.namespace, self.group_api, self.group)
+
+
+class GroupKey(NamedTuple):
+    """A PodGroup: its namespace, API (`GroupApi.version`) and name."""
+
+    namespace: str
+    api: str
+    name: str
 
 
 class GroupView(NamedTuple):
-    """What the rules read of a PodGroup (`scheduling.k8s.io`, the Workload API)."""
+    """What the rules read of a PodGroup (any of `GROUP_APIS`)."""
 
     namespace: str
     name: str
     min_count: int | None
-    """`spec.schedulingPolicy.gang.minCount`; None for a `basic` (not gang) group."""
+    """The gang's size: the Workload API's `spec.schedulingPolicy.gang.minCount` (None for a
+    `basic` group), the others' `spec.minMember`."""
     annotations: Mapping[str, str]
+    api: str = WORKLOAD_API.version
+
+    @property
+    def key(self) -> GroupKey:
+        return GroupKey(self.namespace, self.api, self.name)
 
 
 class BudgetView(NamedTuple):
@@ -187,17 +242,37 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
     return True
 
 
-def group_view(obj: Mapping[str, Any]) -> GroupView:
-    """The view of a PodGroup (the API's JSON)."""
+def group_view(obj: Mapping[str, Any], api: str | None = None) -> GroupView:
+    """The view of a PodGroup (the API's JSON) of `api` (`GroupApi.version`; by default its
+    `apiVersion`: the items of a built-in type's list carry none)."""
     meta, spec = _part(obj, "metadata"), _part(obj, "spec")
-    gang = _part(_part(spec, "schedulingPolicy"), "gang")
-    count = gang.get("minCount")
+    api = api or str(obj.get("apiVersion") or WORKLOAD_API.version)
+    if api == WORKLOAD_API.version:
+        count = _part(_part(spec, "schedulingPolicy"), "gang").get("minCount")
+    else:
+        count = spec.get("minMember")
     return GroupView(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name", "")),
         min_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
         annotations=meta.get("annotations") or {},
+        api=api,
     )
+
+
+def named_group(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[str, str]:
+    """The PodGroup a pod names, and its API: ("", "") when it names none."""
+    name = _part(spec, "schedulingGroup").get("podGroupName")
+    if name:
+        return str(name), WORKLOAD_API.version
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    for api in GROUP_APIS[1:]:
+        for key in api.annotations:
+            if annotations.get(key):
+                return str(annotations[key]), api.version
+        if api.label and labels.get(api.label):
+            return str(labels[api.label]), api.version
+    return "", ""
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -243,14 +318,14 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
     `rackplane.io/job` label, nor rackplane's with a PodGroup."""
     meta, spec, status = _part(obj, "metadata"), _part(obj, "spec"), _part(obj, "status")
     labels: Mapping[str, str] = meta.get("labels") or {}
-    group = str(_part(spec, "schedulingGroup").get("podGroupName") or "")
+    group, group_api = named_group(meta, spec)
     job = labels.get(JOB_LABEL)
     if not job:
         if not group or spec.get("schedulerName") != SCHEDULER_NAME:
             return None
         job = group
     else:
-        group = ""
+        group = group_api = ""
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     gates = {g.get("name") for g in spec.get("schedulingGates") or ()}
     gated = GATE in gates
@@ -280,6 +355,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
         generation=generation,
         base_name=annotations.get(BASE_NAME_ANNOTATION, name),
         group=group,
+        group_api=group_api,
     )
 
 

@@ -49,6 +49,7 @@ from rackplane.kube.objects import (
     SLICE_NODES_ANNOTATION,
     SLICES_ANNOTATION,
     BudgetView,
+    GroupKey,
     GroupView,
     NodeView,
     PodKey,
@@ -149,8 +150,8 @@ class View(NamedTuple):
     """The GPU nodes as racks (`importers.k8s`); None when they make no topology."""
     kube_cordoned: frozenset[str] = frozenset()
     """Nodes whose cordon in rackplane came from the adapter (`CORDON_REASON`)."""
-    groups: Mapping[tuple[str, str], GroupView] = {}
-    """The PodGroups (Workload API) by namespace and name."""
+    groups: Mapping[GroupKey, GroupView] = {}
+    """The PodGroups (of every API in `objects.GROUP_APIS` the server serves)."""
     budgets: Sequence[BudgetView] = ()
     """The PodDisruptionBudgets."""
 
@@ -296,10 +297,12 @@ class _Planner:
             )
         group = None
         if live[0].group:
-            group = self.v.groups.get((live[0].key.namespace, live[0].group))
+            group = self.v.groups.get(live[0].group_key)
             if group is None:
                 return self.flag(
-                    live, f"PodGroup {live[0].group} does not exist (yet): the gang waits for it"
+                    live,
+                    f"PodGroup {live[0].group} ({live[0].group_api}) does not exist (yet): "
+                    "the gang waits for it",
                 )
         try:
             spec = gang_spec(live[0], group)

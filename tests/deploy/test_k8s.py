@@ -203,7 +203,11 @@ def test_the_adapter_may_read_nodes_pods_groups_budgets_bind_evict_create_and_pa
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "create"),
         ("", "pods", "patch"), ("", "pods/binding", "create"), ("", "pods/eviction", "create"),
         ("scheduling.k8s.io", "podgroups", "get"), ("scheduling.k8s.io", "podgroups", "list"),
-        ("scheduling.k8s.io", "podgroups", "watch"), ("policy", "poddisruptionbudgets", "get"),
+        ("scheduling.k8s.io", "podgroups", "watch"),
+        *((group, "podgroups", verb)
+          for group in ("scheduling.volcano.sh", "scheduling.run.ai", "scheduling.x-k8s.io")
+          for verb in ("get", "list", "watch")),
+        ("policy", "poddisruptionbudgets", "get"),
         ("policy", "poddisruptionbudgets", "list"), ("policy", "poddisruptionbudgets", "watch"),
     }  # fmt: skip
     binding = named("ClusterRoleBinding", "rackplane-kube")

@@ -71,12 +71,61 @@ class Api:
             time.sleep(0.2)
 
 
+CRD_GROUPS = (
+    ("scheduling.volcano.sh", "v1beta1"),
+    ("scheduling.run.ai", "v2alpha2"),
+    ("scheduling.x-k8s.io", "v1alpha1"),
+)
+"""The PodGroup CRDs of Volcano, KAI Scheduler and the coscheduling plugin (scheduler-plugins),
+each at the group and version its project serves, with a schema of our own that keeps only
+what rackplane reads (`spec.minMember`; the rest preserved as given)."""
+
+
+def pod_group_crd(group: str, version: str) -> dict[str, Any]:
+    loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"podgroups.{group}"},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup",
+                      "listKind": "PodGroupList"},
+            "versions": [{
+                "name": version, "served": True, "storage": True,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {**loose, "properties": {
+                        "minMember": {"type": "integer", "minimum": 1}}},
+                    "status": loose,
+                }}},
+            }],
+        },
+    }  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def api() -> Api:
+    """The plane's API server, with the PodGroup CRDs installed (before any adapter starts:
+    an adapter asks at its start which PodGroups the server serves)."""
     kubeconfig = os.environ.get("RACKPLANE_TEST_KUBECONFIG")
     if not kubeconfig:
         pytest.fail("RACKPLANE_TEST_KUBECONFIG is not set: run through `make test-k8s`")
-    return Api(kubeconfig)
+    api = Api(kubeconfig)
+    for group, version in CRD_GROUPS:
+        status, got = api.call(
+            "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            pod_group_crd(group, version),
+        )  # fmt: skip
+        assert status in (201, 409), got
+        api.until(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.{group}",
+            lambda crd: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (crd.get("status") or {}).get("conditions") or ()
+            ),
+        )
+        api.until(f"/apis/{group}/{version}", lambda found: bool(found.get("resources")))
+    return api
 
 
 def fake_node(name: str, clique: str, labels: dict[str, str] | None = None) -> dict[str, Any]:

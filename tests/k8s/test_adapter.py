@@ -8,8 +8,10 @@ slice; Auto Defrag evicts a managed victim (never an interactive one) to free a 
 blocked 16-node job; `kubectl cordon` reaches rackplane; the adapter killed mid-gang resumes
 without a double binding. And two more, with kube-controller-manager's controllers: a
 ReplicaSet's pod lost with its node is made again by the ReplicaSet (not by rackplane) and
-bound to the spare; a gang whose PodDisruptionBudget allows no eviction is passed over by
-Auto Defrag until the budget goes.
+bound to the spare; a batch Job's gang runs and completes; a gang whose PodDisruptionBudget
+allows no eviction is passed over by Auto Defrag until the budget goes. And gangs of the
+PodGroups of the Workload API, Volcano, KAI Scheduler and the coscheduling plugin (their CRDs
+installed by the `api` fixture).
 """
 
 from __future__ import annotations
@@ -388,3 +390,72 @@ async def test_defrag_passes_over_a_gang_whose_disruption_budget_allows_no_evict
     assert {story.rack_of[n] for n in node_of(moved).values()} == {rack_of_gang[second]}
     assert {p["metadata"]["name"] for p in live(story.pods(f"g{second}"))} <= kept  # untouched
     no_node_twice([p for g in keep.values() for p in story.pods(f"g{g}")] + big_pods)
+
+
+async def test_gangs_of_volcano_kai_and_coscheduling_pod_groups_are_bound_rack_local(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=3)
+    ns, api = story.namespace, story.api
+    ways = {  # group API -> how its pods name their group
+        "scheduling.volcano.sh/v1beta1": ("annotations", "scheduling.k8s.io/group-name"),
+        "scheduling.run.ai/v2alpha2": ("annotations", "pod-group-name"),
+        "scheduling.x-k8s.io/v1alpha1": ("labels", "scheduling.x-k8s.io/pod-group"),
+    }
+    for i, (version, (where, key)) in enumerate(ways.items()):
+        name = f"pg{i}"
+        api.ok("POST", f"/apis/{version}/namespaces/{ns}/podgroups", {
+            "apiVersion": version, "kind": "PodGroup",
+            "metadata": {"name": name, "annotations": {"rackplane.io/slice-size": "16"}},
+            "spec": {"minMember": 16},
+        })  # fmt: skip
+        for p in range(16):
+            meta: dict[str, Any] = {"name": f"{name}-{p}", "labels": {"test.rackplane.io/pg": name},
+                                    "annotations": {}}  # fmt: skip
+            meta[where][key] = name
+            api.ok("POST", f"/api/v1/namespaces/{ns}/pods", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                "spec": {"schedulerName": "rackplane", "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "trainer", "image": "trainer:1"}]},
+            })  # fmt: skip
+    jobs = [f"{ns}/pg{i}" for i in range(3)]
+    state = await story.state(lambda s: all(status(s, j) is JobStatus.RUNNING for j in jobs), 120)
+    racks = set()
+    for i, job in enumerate(jobs):
+        placed = state.jobs[job]
+        assert placed.spec.nodes == 16 and [len(s.nodes) for s in placed.slices] == [16]
+        got = api.ok(
+            "GET", f"/api/v1/namespaces/{ns}/pods?labelSelector=test.rackplane.io/pg%3Dpg{i}"
+        )
+        nodes = node_of(got["items"])
+        assert len(nodes) == 16 and set(nodes.values()) == set(placed.slices[0].nodes)
+        (rack,) = {story.rack_of[n] for n in nodes.values()}
+        racks.add(rack)
+    assert len(racks) == 3
+
+
+async def test_a_batch_jobs_gang_runs_and_completes(story_factory: StoryFactory) -> None:
+    """kube-controller-manager's Job controller makes the pods; kwok ends a Job's pods as soon
+    as they run (its pod-complete stage)."""
+    story = story_factory(racks=1)
+    labels = {"rackplane.io/job": "batch"}
+    story.api.ok("POST", f"/apis/batch/v1/namespaces/{story.namespace}/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "batch"},
+        "spec": {"parallelism": 8, "completions": 8, "completionMode": "Indexed",
+                 "backoffLimit": 100,
+                 "template": {"metadata": {"labels": labels, "annotations": {
+                                  "rackplane.io/nodes": "8", "rackplane.io/slice-size": "8"}},
+                              "spec": {"schedulerName": "rackplane", "restartPolicy": "Never",
+                                       "terminationGracePeriodSeconds": 0,
+                                       "containers": [{"name": "step", "image": "step:1"}]}}},
+    })  # fmt: skip
+    job = f"{story.namespace}/batch"
+    state = await story.state(lambda s: status(s, job) is JobStatus.COMPLETED, 120)
+    assert job not in state.jobs
+    events = await story.events(lambda es: bool(of_type(JobStarted)(es)))
+    (started,) = [e for e in of_type(JobStarted)(events) if e.job == job]
+    assert len(started.pods) == 8
+    pods = story.pods("batch")
+    assert len(pods) == 8 and all(p["status"]["phase"] == "Succeeded" for p in pods)
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "Job" for p in pods)
+    assert len({story.rack_of[p["spec"]["nodeName"]] for p in pods}) == 1

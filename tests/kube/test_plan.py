@@ -133,7 +133,7 @@ class World:
         self.events: list[Event] = []
         self.settings = PolicySettings(spares_per_rack=1, **policy)
         self.kube_cordoned: set[str] = set()
-        self.groups: dict[tuple[str, str], dict[str, Any]] = {}
+        self.groups: dict[Any, dict[str, Any]] = {}
         self.budgets: list[dict[str, Any]] = []
         self.refuse: set[PodKey] = set()
         """Pods whose eviction the API server refuses (a PodDisruptionBudget's 429)."""
@@ -150,7 +150,7 @@ class World:
             pods=[v for v in views if v is not None],
             topology=topology,
             kube_cordoned=frozenset(self.kube_cordoned),
-            groups={k: group_view(g) for k, g in self.groups.items()},
+            groups={v.key: v for v in map(group_view, self.groups.values())},
             budgets=[budget_view(b) for b in self.budgets],
         )
 
@@ -788,7 +788,9 @@ def test_pods_naming_a_pod_group_that_does_not_exist_wait_for_it(world: World) -
     keys = group_pods(world, "late", 4)
     world.settle()
     problem = world.pods[keys[0]]["metadata"]["annotations"][PROBLEM_ANNOTATION]
-    assert problem == "PodGroup late does not exist (yet): the gang waits for it"
+    assert problem == (
+        "PodGroup late (scheduling.k8s.io/v1beta1) does not exist (yet): the gang waits for it"
+    )
     assert "team/late" not in world.state.jobs
     world.groups[("team", "late")] = pod_group("late", 4)
     world.settle()
@@ -814,3 +816,65 @@ def test_a_pod_of_another_scheduler_in_a_pod_group_is_not_rackplanes() -> None:
     w = World()
     (key,) = group_pods(w, "theirs", 1, scheduler="default-scheduler")
     assert pod_view(w.pods[key]) is None
+
+
+# -- gangs of Volcano's, KAI Scheduler's and the coscheduling plugin's PodGroups (CRDs) -----------
+
+
+def crd_group(api: str, name: str, min_member: int | None) -> dict[str, Any]:
+    spec = {} if min_member is None else {"minMember": min_member}
+    return {
+        "apiVersion": api,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "team", "annotations": {}},
+        "spec": spec,
+    }
+
+
+def crd_pods(w: World, group: str, n: int, *, annotation: str = "", label: str = "") -> None:
+    for i in range(n):
+        pod = k8s_pod(f"{group}-{i}", group, n)
+        del pod["metadata"]["labels"][JOB_LABEL]
+        del pod["metadata"]["annotations"]["rackplane.io/nodes"]
+        if annotation:
+            pod["metadata"]["annotations"][annotation] = group
+        if label:
+            pod["metadata"]["labels"][label] = group
+        w.pods[PodKey("team", pod["metadata"]["name"])] = pod
+
+
+@pytest.mark.parametrize(
+    ("api", "annotation", "label"),
+    [
+        ("scheduling.volcano.sh/v1beta1", "scheduling.k8s.io/group-name", ""),
+        ("scheduling.volcano.sh/v1beta1", "scheduling.volcano.sh/group-name", ""),
+        ("scheduling.run.ai/v2alpha2", "pod-group-name", ""),
+        ("scheduling.x-k8s.io/v1alpha1", "", "scheduling.x-k8s.io/pod-group"),
+    ],
+    ids=["volcano", "volcano-own-key", "kai", "coscheduling"],
+)
+def test_a_crd_pod_groups_gang_is_sized_by_min_member(
+    world: World, api: str, annotation: str, label: str
+) -> None:
+    world.groups[api] = crd_group(api, "llm", 4)
+    crd_pods(world, "llm", 3, annotation=annotation, label=label)
+    assert world.settle() == []  # 3 of 4
+    crd_pods(world, "llm", 4, annotation=annotation, label=label)
+    world.settle()
+    job = world.state.jobs["team/llm"]
+    assert job.spec.nodes == 4 and job.status is JobStatus.PLACED
+    assert {world.on(PodKey("team", f"llm-{i}")) for i in range(4)} == set(
+        job_nodes(world, "team/llm")
+    )
+
+
+def test_a_pod_naming_a_group_of_another_api_waits_for_a_group_of_its_own(world: World) -> None:
+    world.groups["volcano"] = crd_group("scheduling.volcano.sh/v1beta1", "llm", 2)
+    crd_pods(world, "llm", 2, annotation="pod-group-name")  # KAI's key: a KAI group
+    world.settle()
+    problem = world.pods[PodKey("team", "llm-0")]["metadata"]["annotations"][PROBLEM_ANNOTATION]
+    assert "PodGroup llm (scheduling.run.ai/v2alpha2) does not exist" in problem
+    world.groups["kai"] = crd_group("scheduling.run.ai/v2alpha2", "llm", None)
+    world.settle()
+    problem = world.pods[PodKey("team", "llm-0")]["metadata"]["annotations"][PROBLEM_ANNOTATION]
+    assert "give its PodGroup a minMember" in problem
