@@ -243,8 +243,11 @@ class PlanDefrag(CommandEnvelope):
     target_racks: tuple[RackId, ...] = Field(min_length=1)
     victims: tuple[JobId, ...] = ()
     cost_gpu_hours: float = Field(ge=0)
+    """GPU-hours the victims lose (`DefragPlanned.cost_gpu_hours`)."""
     alternatives: tuple[DefragAlternative, ...] = Field(default=(), max_length=MAX_ALTERNATIVES)
     explanation: Reason = ""
+    score: float = Field(default=0.0, ge=0)
+    """The plan's ranking score (`DefragPlanned.score`)."""
 
 
 Command = Annotated[

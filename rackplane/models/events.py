@@ -270,8 +270,14 @@ class DefragPlanned(EventEnvelope):
     target_racks: tuple[RackId, ...]
     victims: tuple[JobId, ...]
     cost_gpu_hours: float = Field(ge=0)
+    """GPU-hours the victims lose: each its work since its last checkpoint plus its restart,
+    times its GPUs (what their `JobPreempted.lost_gpu_hours` say, at the plan's time). Logs
+    written before 2026-12-02 hold the ranking score here."""
     alternatives: tuple[DefragAlternative, ...] = Field(default=(), max_length=MAX_ALTERNATIVES)
     explanation: Note = ""
+    score: float = Field(default=0.0, ge=0)
+    """What ranked the plan against its alternatives: each victim's GPU-hours weighted by
+    2^(its priority - the job's) x (1 + its preemptions so far), summed (lower wins)."""
 
 
 class CommandRejected(EventEnvelope):

@@ -115,7 +115,10 @@ class DefragAlternative(BaseModel):
     target_racks: tuple[RackId, ...]
     victims: tuple[JobId, ...]
     cost_gpu_hours: float = Field(ge=0)
+    """GPU-hours its victims would lose (see `DefragPlanned.cost_gpu_hours`)."""
     why_not: Reason = ""
+    score: float = Field(default=0.0, ge=0)
+    """Its ranking score (see `DefragPlanned.score`)."""
 
 
 class SliceAssignment(BaseModel):

@@ -180,4 +180,5 @@ def plan_defrag(s: ClusterState, c: PlanDefrag, out: Emitter) -> None:
         cost_gpu_hours=c.cost_gpu_hours,
         alternatives=c.alternatives,
         explanation=c.explanation,
+        score=c.score,
     )

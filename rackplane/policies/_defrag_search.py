@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from rackplane.models import DefragAlternative, JobId, RackId, TopologyIndex
 from rackplane.policies._defrag_seeds import Option, Seeds
@@ -280,14 +280,16 @@ class Search:
             if self.budget.skips_left <= 0:
                 self.budget.left = 0
 
-    def alternatives(self, picked: Option) -> list[DefragAlternative]:
-        """Options that lost: cheaper ones that were invalid, then the next seeds by cost."""
+    def alternatives(self, picked: Option, lost: Mapping[JobId, float]) -> list[DefragAlternative]:
+        """Options that lost: cheaper ones that were invalid, then the next seeds by cost
+        (`lost`: each victim's GPU-hours, unweighted)."""
         out = [
             DefragAlternative(
                 target_racks=(o.rack,),
                 victims=o.victims,
-                cost_gpu_hours=o.cost,
+                cost_gpu_hours=sum(lost[v] for v in o.victims),
                 why_not="a victim could not be re-placed elsewhere",
+                score=o.cost,
             )
             for o in self.rejected
         ]
@@ -303,8 +305,9 @@ class Search:
                     DefragAlternative(
                         target_racks=(o.rack,),
                         victims=o.victims,
-                        cost_gpu_hours=o.cost,
+                        cost_gpu_hours=sum(lost[v] for v in o.victims),
                         why_not="costlier",
+                        score=o.cost,
                     )
                 )
         return out

@@ -73,14 +73,21 @@ class DefragPlan:
     victims: tuple[JobId, ...]
     moves: tuple[tuple[JobId, Placement], ...]
     cost: float
+    """The ranking score: the victims' weighted costs (`victim_cost`), summed."""
     alternatives: tuple[DefragAlternative, ...]
     explanation: str
+    lost_gpu_hours: float = 0.0
+    """What the victims lose, in GPU-hours (`restart_cost`, unweighted), summed."""
+
+
+def victim_weight(victim: JobState, priority: int) -> float:
+    """How much a victim's GPU-hours count for a job of `priority` (see step 1)."""
+    return 2.0 ** (victim.spec.priority - priority) * (1 + victim.preemptions)
 
 
 def victim_cost(state: ClusterState, victim: JobState, priority: int, now: datetime) -> float:
     """Weighted cost of preempting `victim` for a job of `priority` (see step 1)."""
-    weight = 2.0 ** (victim.spec.priority - priority) * (1 + victim.preemptions)
-    return restart_cost(state, victim, now) * weight
+    return restart_cost(state, victim, now) * victim_weight(victim, priority)
 
 
 def candidates(state: ClusterState, job: JobState) -> list[JobState]:
@@ -226,7 +233,8 @@ def plan_room(
     assert state.index is not None
     job = state.jobs[job_id]
     pool = candidates(state, job)
-    cost = {v.id: victim_cost(state, v, job.spec.priority, now) for v in pool}
+    lost = {v.id: restart_cost(state, v, now) for v in pool}
+    cost = {v.id: lost[v.id] * victim_weight(v, job.spec.priority) for v in pool}
     by_id = {v.id: v for v in pool}
     # Per rack, the nodes each victim would give back (healthy, uncordoned): counted once per
     # plan, O(victim nodes); options read it for every slice and rack.
@@ -301,9 +309,10 @@ def plan_room(
         targets.append((picked.rack, size))
         chosen.extend(picked.victims)
     assert result is not None and first is not None
-    alternatives = first[0].alternatives(first[1])
+    alternatives = first[0].alternatives(first[1], lost)
     hero, moves = result.hero, result.moves
     total = sum(cost[v] for v in chosen)
+    lost_total = sum(lost[v] for v in chosen)
     return DefragPlan(
         job=job_id,
         target_racks=tuple(dict.fromkeys(r for r, _ in targets)),
@@ -312,7 +321,8 @@ def plan_room(
         moves=tuple(moves),
         cost=total,
         alternatives=tuple(alternatives),
-        explanation=_explain(state, job, targets, chosen, moves, total, alternatives),
+        explanation=_explain(state, job, targets, chosen, moves, lost_total, total, alternatives),
+        lost_gpu_hours=lost_total,
     )
 
 
@@ -322,7 +332,8 @@ def _explain(
     targets: list[tuple[RackId, int]],
     victims: list[JobId],
     moves: list[tuple[JobId, Placement]],
-    total: float,
+    lost: float,
+    score: float,
     alternatives: list[DefragAlternative],
 ) -> str:
     racks = ", ".join(dict.fromkeys(r for r, _ in targets))
@@ -330,13 +341,15 @@ def _explain(
         return f"room for {job.id} on {racks} without preemption"
     moved = "; ".join(f"{v} -> {', '.join(dict.fromkeys(p.racks))}" for v, p in moves)
     alt = (
-        f"; next best {alternatives[0].cost_gpu_hours:.2f} GPU-h on "
+        f"; next best {alternatives[0].cost_gpu_hours:.2f} GPU-h lost "
+        f"(score {alternatives[0].score:.2f}) on "
         f"{', '.join(alternatives[0].target_racks)}"
         if alternatives
         else ""
     )
     return (
-        f"preempt {', '.join(victims)} ({total:.2f} GPU-h) to free {racks} for {job.id}; "
+        f"preempt {', '.join(victims)} ({lost:.2f} GPU-h lost, score {score:.2f}) to free "
+        f"{racks} for {job.id}; "
         f"re-placed: {moved}{alt}"
     )
 
@@ -409,9 +422,10 @@ def proposals(state: ClusterState, plan: DefragPlan, policy: str = "defrag") -> 
         job=plan.job,
         target_racks=plan.target_racks,
         victims=plan.victims,
-        cost_gpu_hours=plan.cost,
+        cost_gpu_hours=plan.lost_gpu_hours,
         alternatives=plan.alternatives,
         explanation=plan.explanation,
+        score=plan.cost,
     )
     if plan.victims:
         interactive = any(state.jobs[v].spec.kind is JobKind.INTERACTIVE for v in plan.victims)

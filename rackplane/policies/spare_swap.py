@@ -264,9 +264,10 @@ def _migrate_with_room(
         job=job.id,
         target_racks=plan.target_racks,
         victims=plan.victims,
-        cost_gpu_hours=plan.cost,
+        cost_gpu_hours=plan.lost_gpu_hours,
         alternatives=plan.alternatives,
         explanation=f"room for slice {s.index} of {job.id}: {plan.explanation}",
+        score=plan.cost,
     )
     if plan.victims:
         out.add(

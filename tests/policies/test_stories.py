@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from rackplane.engine import Engine
 from rackplane.importers import load_cluster_file
 from rackplane.models import (
@@ -129,6 +131,24 @@ def test_fragmentation_defrag_moves_the_cheaper_job_and_the_hero_runs_in_one_rac
     a = engine.state.jobs["a"]
     assert a.status.value == "placed" and a.slices[0].racks != (rack_of_a,)
     assert len(engine.state.reservations) == 0  # released once the hero is placed
+
+
+def test_a_defrag_plan_says_the_gpu_hours_its_victims_lose_and_ranks_by_a_separate_score() -> None:
+    engine, clock = fragmented("tas+spares+defrag")
+    events = run(engine, clock, cmd(SubmitJob, job=job("hero", 16, priority=5)))
+    (plan,) = [e for e in events if isinstance(e, DefragPlanned)]
+    preempted = [e for e in events if isinstance(e, JobPreempted)]
+    assert [e.job for e in preempted] == list(plan.victims) == ["a"]
+    # What the victim loses: the same figure its JobPreempted says (both at the plan's time).
+    assert plan.cost_gpu_hours == pytest.approx(sum(e.lost_gpu_hours for e in preempted))
+    assert plan.cost_gpu_hours > 1.0  # 8 nodes x 4 GPUs, 5 min since start, plus a restart
+    # The ranking weighs a priority-0 victim for a priority-5 job by 2^-5.
+    assert plan.score == pytest.approx(plan.cost_gpu_hours / 32)
+    (alt,) = [a for a in plan.alternatives if a.victims == ("b",)]
+    assert alt.cost_gpu_hours > plan.cost_gpu_hours and alt.score == pytest.approx(
+        alt.cost_gpu_hours / 32
+    )
+    assert f"{plan.cost_gpu_hours:.2f} GPU-h lost, score {plan.score:.2f}" in plan.explanation
 
 
 def test_defrag_passes_over_a_job_whose_disruption_budget_refuses() -> None:
