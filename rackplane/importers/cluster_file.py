@@ -96,7 +96,32 @@ def parse_cluster_file(text: str, source: str) -> ClusterFile:
     topology = assemble_topology(
         source, doc.cluster, racks, pods, where=Where(lines.line_of(("cluster",)), "cluster")
     )
+    _check_policy(doc.policy, topology, source, lines)
     return ClusterFile(topology=topology, policy=doc.policy)
+
+
+def _check_policy(policy: PolicySettings, topology: Topology, source: str, lines: LineMap) -> None:
+    """Refuse the knobs a file sets that no rack can honour: jobs would be accepted and wait
+    for ever (the defaults are not judged: a file of small test racks leaves them)."""
+    said = policy.model_fields_set
+    largest = max(len(r.nodes) for r in topology.racks)
+    keep = policy.spares_per_rack
+    if "spares_per_rack" in said and keep >= largest:
+        raise Where.of(lines, "policy", "spares_per_rack").error(
+            source,
+            f"fewer spares per rack than the largest rack's {largest} nodes (with "
+            f"{keep} every node is a spare and no job can ever run)",
+            got=str(keep),
+        )
+    room = largest - keep
+    if "slice_size" in said and policy.rack_local_slices and policy.slice_size > room:
+        raise Where.of(lines, "policy", "slice_size").error(
+            source,
+            f"a slice size that fits a rack outside its spares: at most {room} (the largest "
+            f"rack has {largest} nodes, {keep} kept as spares); a job of default slices would "
+            "wait for ever",
+            got=f"slice_size {policy.slice_size}, spares_per_rack {keep}",
+        )
 
 
 def load_cluster_file(path: str | os.PathLike[str]) -> ClusterFile:
@@ -122,7 +147,9 @@ def dump_cluster_file(topology: Topology, policy: PolicySettings | None = None) 
 
     Args:
         topology: what to write.
-        policy: written under `policy` (every knob, explicitly) when given.
+        policy: written under `policy` (every knob, explicitly) when given; one the
+            topology can honour (`parse_cluster_file` refuses a slice size no rack holds
+            outside its spares, and spares that take a whole rack).
 
     Returns:
         YAML text such that `parse_cluster_file(text, ...).topology == topology`.

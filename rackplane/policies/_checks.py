@@ -16,7 +16,9 @@ from rackplane.models import (
     Health,
     JobId,
     JobKind,
+    JobSpec,
     NodeId,
+    PolicySettings,
     RackId,
     RejectionCode,
 )
@@ -189,3 +191,10 @@ class Emitter:
             **fields,
         )
         self.events.append(event)  # type: ignore[arg-type]  # cls is one of the Event members
+
+
+def may_borrow(settings: PolicySettings, spec: JobSpec) -> bool:
+    """Whether a job may run on borrowed spares (when `borrow_spares` is on): a managed job
+    that says it ends within `borrow_max_duration`."""
+    d = spec.expected_duration
+    return spec.kind is JobKind.MANAGED and d is not None and d <= settings.borrow_max_duration

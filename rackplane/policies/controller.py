@@ -298,6 +298,27 @@ def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
     total = len(s.nodes)
     if spec.nodes > total:
         chk.reject("too_large", f"job needs {spec.nodes} nodes; the cluster has {total}")
+    # Spares are kept for swaps: only a job that may borrow them ever runs on them.
+    keep = s.settings.spares_per_rack
+    if keep and not (s.settings.borrow_spares and chk.may_borrow(s.settings, spec)):
+        room = max(r.size - keep for r in s.racks.values())
+        if s.settings.rack_local_slices and size > room:
+            fix = f"submit with slice_size {room} or less" if room > 0 else "lower spares_per_rack"
+            if s.settings.borrow_spares:
+                longest = s.settings.borrow_max_duration
+                fix += f", or as a managed job expected to end within {longest} (it borrows)"
+            chk.reject(
+                "too_large",
+                f"a slice of {size} nodes can never be placed: no rack has more than "
+                f"{max(room, 0)} nodes outside its {keep} spare(s); {fix}",
+            )
+        outside = sum(max(0, r.size - keep) for r in s.racks.values())
+        if spec.nodes > outside:
+            chk.reject(
+                "too_large",
+                f"job needs {spec.nodes} nodes; the cluster has {outside} outside its spares "
+                f"({keep} per rack)",
+            )
     out.emit(JobSubmitted, job=spec)
 
 

@@ -23,11 +23,11 @@ from rackplane.models import (
     BlockJob,
     Command,
     Event,
-    JobKind,
     PlaceJob,
     RackId,
     SliceAssignment,
 )
+from rackplane.policies._checks import may_borrow
 from rackplane.policies._proposals import Proposals, own_rejections
 from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_placement
 from rackplane.projections.state import ClusterState, JobState
@@ -149,12 +149,7 @@ def _block(out: Proposals, job: JobState, verdict: Unplaceable) -> None:
 
 
 def _may_borrow(state: ClusterState, job: JobState) -> bool:
-    d = job.spec.expected_duration
-    return (
-        job.spec.kind is JobKind.MANAGED
-        and d is not None
-        and d <= state.settings.borrow_max_duration
-    )
+    return may_borrow(state.settings, job.spec)
 
 
 def _could_ever_fit(state: ClusterState, sizes: tuple[int, ...]) -> bool:

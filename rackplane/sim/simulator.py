@@ -172,9 +172,14 @@ class Simulation:
         nodes = s.topology.node_count
         arrivals = self.arrivals
         if arrivals is None:
+            # Jobs are capped to what the cluster can ever hold outside its spares (the
+            # scenario's, the same for every policy compared): a larger one is refused.
+            keep = s.settings.spares_per_rack
+            room = sum(max(0, len(r.nodes) - keep) for r in s.topology.racks) if keep else nodes
             arrivals = generate_arrivals(
                 s.workload,
                 nodes=nodes,
+                cap=room or nodes,
                 start=self.start,
                 end=self.end,
                 seed=self.seed,

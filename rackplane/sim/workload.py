@@ -250,19 +250,23 @@ def generate_arrivals(
     end: datetime,
     seed: int,
     slice_size: int = DEFAULT_SLICE_SIZE,
+    cap: int | None = None,
 ) -> list[Arrival]:
     """Every job arriving between `start` and `end`, in time order, with ids `j<n>`.
 
     Args:
         workload: classes, inline jobs and (already parsed into `jobs`) trace rows.
-        nodes: nodes of the cluster: jobs larger than that are capped to it, and
-            `per_1000_nodes` rates scale with it.
+        nodes: nodes of the cluster: `per_1000_nodes` rates scale with it, and jobs larger
+            than it (or than `cap`) are capped to it.
+        cap: the largest job the cluster can ever hold (its nodes outside the spares);
+            default `nodes`.
         start: time zero of the run.
         end: arrivals stop here.
         seed: the run's seed.
         slice_size: the cluster's default slice size (an NTP floor above a job's slices is
             dropped).
     """
+    limit = min(nodes, cap) if cap else nodes
     rng = random.Random(f"{seed}:workload")
     drafts: list[tuple[datetime, int, Arrival]] = []
     scale = workload.load * (nodes / 1000.0 if workload.rate_basis == "per_1000_nodes" else 1.0)
@@ -276,7 +280,7 @@ def generate_arrivals(
             t += timedelta(days=rng.expovariate(rate))
             if t >= end:
                 break
-            size = min(_draw_nodes(c.nodes, rng), nodes)
+            size = min(_draw_nodes(c.nodes, rng), limit)
             hours = _draw_hours(c.duration_hours, rng)
             spec = JobSpec(
                 id="pending",
@@ -297,7 +301,7 @@ def generate_arrivals(
         at = start + timedelta(hours=job.submit_hours)
         if at >= end:
             continue
-        size = min(job.nodes, nodes)
+        size = min(job.nodes, limit)
         name = _class_of(job)
         spec = JobSpec(
             id="pending",

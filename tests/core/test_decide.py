@@ -127,6 +127,24 @@ CASES = [
         code="too_large",
     ),
     c(
+        "a slice that fits a rack only with its spares is refused",
+        [two_racks],  # 6 nodes a rack, 1 a spare
+        lambda: submit("j1", 6, slice_size=6),
+        code="too_large",
+    ),
+    c(
+        "a slice that fits a rack only with its spares is taken from a job that may borrow",
+        [lambda: two_racks(borrow_spares=True)],
+        lambda: submit("j1", 6, slice_size=6, expected_duration=timedelta(minutes=30)),
+        "JobSubmitted",
+    ),
+    c(
+        "a job larger than the room outside the spares is refused",
+        [two_racks],
+        lambda: submit("j1", 11, slice_size=4),
+        code="too_large",
+    ),
+    c(
         "a job larger than the cluster is refused",
         [two_racks],
         lambda: submit("j1", 16),
@@ -199,7 +217,11 @@ CASES = [
     ),
     c(
         "placement never eats a rack's spares",
-        [two_racks, lambda: submit("j1", 6, slice_size=6)],
+        [  # submitted before the cluster kept spares
+            lambda: two_racks(spares_per_rack=0),
+            lambda: submit("j1", 6, slice_size=6),
+            lambda: cmd(ConfigurePolicy, settings=PolicySettings(spares_per_rack=1)),
+        ],
         lambda: place("j1", nodes("r01", 1, 6)),
         code="spare_reserve",
     ),

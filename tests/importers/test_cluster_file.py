@@ -161,6 +161,28 @@ def test_a_broken_cluster_file_is_refused_at_the_right_line(name: str, want: str
             id="a misspelt policy knob",
         ),
         pytest.param(
+            "cluster: c\nracks:\n  - {id: r1, nodes: 'n[01-18]'}\npolicy:\n  slice_size: 20\n",
+            5,
+            "policy.slice_size",
+            "at most 16 (the largest rack has 18 nodes, 2 kept as spares)",
+            id="a slice size no rack can hold outside its spares",
+        ),
+        pytest.param(
+            "cluster: c\nracks:\n  - {id: r1, nodes: 'n[01-18]'}\n"
+            "policy:\n  spares_per_rack: 3\n  slice_size: 16\n",
+            6,
+            "policy.slice_size",
+            "at most 15 (the largest rack has 18 nodes, 3 kept as spares)",
+            id="a slice size the spares leave no room for",
+        ),
+        pytest.param(
+            "cluster: c\nracks:\n  - {id: r1, nodes: 'n[01-18]'}\npolicy:\n  spares_per_rack: 18\n",
+            5,
+            "policy.spares_per_rack",
+            "with 18 every node is a spare and no job can ever run",
+            id="spares that take every node",
+        ),
+        pytest.param(
             "- cluster: c\n",
             1,
             None,
@@ -176,6 +198,12 @@ def test_every_bad_cluster_file_names_the_line_and_what_was_expected(
         parse_cluster_file(text, "c.yaml")
     assert (caught.value.line, caught.value.field) == (want_line, want_field)
     assert want_words in str(caught.value)
+
+
+def test_a_default_slice_size_larger_than_small_racks_is_not_judged() -> None:
+    text = "cluster: c\nracks:\n  - {id: r1, nodes: 'n[1-6]'}\npolicy: {spares_per_rack: 1}\n"
+    got = parse_cluster_file(text, "c.yaml")
+    assert got.policy.slice_size == 16  # larger than the rack: its jobs say their slices
 
 
 @pytest.mark.parametrize(
@@ -206,7 +234,7 @@ def test_a_dump_lists_pods_with_superpods_and_per_rack_gpus_when_racks_differ() 
         racks=(rack("r1", 2, pod="p1"), rack("r2", 2, pod="p2", gpus=8)),
         pods=(Pod(id="p1", superpod="s1"), Pod(id="p2", superpod="s2")),
     )
-    policy = PolicySettings(spares_per_rack=0, restart_overhead=timedelta(seconds=90))
+    policy = PolicySettings(spares_per_rack=0, slice_size=2, restart_overhead=timedelta(seconds=90))
     text = dump_cluster_file(topology, policy)
     assert "- {id: p1, superpod: s1}" in text
     assert "gpus_per_node: 8}" in text
