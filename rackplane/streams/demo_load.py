@@ -17,7 +17,7 @@ import itertools
 import random
 import statistics
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +30,7 @@ from rackplane.models import (
     JobPlaced,
     JobPreempted,
     JobSpec,
+    JobSubmitted,
     NodeTelemetry,
     PolicySettings,
     RegisterTopology,
@@ -77,6 +78,9 @@ class Stats:
     commands: int = 0
     rejected: int = 0
     types: Counter[str] = field(default_factory=Counter)
+    jobs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    """Per event type about a job, the jobs it was about (a job blocked, placed or preempted
+    twice counts once)."""
     slices: int = 0
     slices_local: int = 0
     latencies_ms: list[float] = field(default_factory=list)
@@ -90,9 +94,13 @@ class Stats:
             "commands": self.commands,
             "rejected": self.rejected,
             "commands_rejected": self.types["CommandRejected"],
-            "jobs_placed": self.types["JobPlaced"],
-            "jobs_blocked": self.types["JobBlocked"],
-            "jobs_preempted": self.types["JobPreempted"],
+            "jobs_submitted": len(self.jobs["JobSubmitted"]),
+            "jobs_placed": len(self.jobs["JobPlaced"]),
+            "jobs_blocked": len(self.jobs["JobBlocked"]),
+            "jobs_preempted": len(self.jobs["JobPreempted"]),
+            "placements": self.types["JobPlaced"],
+            "blocks": self.types["JobBlocked"],
+            "preemptions": self.types["JobPreempted"],
             "swaps": self.types["NodeSwapped"],
             "migrations": self.types["SliceMigrated"],
             "degradations": self.types["SliceDegraded"],
@@ -225,6 +233,11 @@ class DemoLoad:
         s = self.stats
         s.events += 1
         s.types[event.type] += 1
+        job = getattr(event, "job", None)
+        if isinstance(job, str):
+            s.jobs[event.type].add(job)
+        elif isinstance(event, JobSubmitted):
+            s.jobs[event.type].add(event.job.id)
         sent = self.sent_at.pop(event.causation_id or "", None)
         if sent is not None:
             s.latencies_ms.append((time.monotonic() - sent) * 1000)

@@ -13,7 +13,8 @@ from rackplane.history import open_history, state_at
 from rackplane.history.verify import verify
 
 EXPECTED = {
-    "events", "commands", "rejected", "jobs_placed", "jobs_blocked", "jobs_preempted",
+    "events", "commands", "rejected", "jobs_submitted", "jobs_placed", "jobs_blocked",
+    "jobs_preempted", "placements", "blocks", "preemptions",
     "swaps", "migrations", "degradations", "slices_rack_local_fraction",
     "command_to_event_ms_p50", "command_to_event_ms_p99",
 }  # fmt: skip
@@ -33,6 +34,11 @@ def test_up_runs_the_demo_headless_prints_a_summary_and_stops_everything(tmp_pat
     summary = json.loads(done.stdout)
     assert set(summary) >= EXPECTED
     assert summary["jobs_placed"] > 10
+    # Jobs are counted once, however often they were placed or blocked.
+    assert summary["jobs_submitted"] >= summary["jobs_placed"]
+    assert summary["jobs_submitted"] >= summary["jobs_blocked"]
+    assert summary["placements"] >= summary["jobs_placed"]
+    assert summary["blocks"] >= summary["jobs_blocked"]
     assert summary["events"] >= summary["jobs_placed"]
     assert summary["slices_rack_local_fraction"] == 1.0
     assert summary["rejected"] == 0
