@@ -143,7 +143,7 @@ def _issue(
 
 
 def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool) -> None:
-    from rackplane.streams.client import Client
+    from rackplane.streams.client import BrokerUnreachable, Client
 
     key = _key(s)
     if key is not None:
@@ -159,6 +159,8 @@ def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool)
         events = asyncio.run(go())
     except TimeoutError as err:
         fail(f"{err}: is a worker running for {config.topic('commands')} on {broker}?")
+    except BrokerUnreachable as err:
+        fail(f"cannot reach {broker}: {err}")
     except Exception as err:  # a broker that cannot be reached, said plainly
         fail(f"cannot reach {broker}: {type(err).__name__}: {err}")
     rejected = [e for e in events if isinstance(e, CommandRejected)]

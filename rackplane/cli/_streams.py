@@ -176,10 +176,14 @@ def worker(
         fail("choose one audit sink: --db FILE (DuckDB) or --audit-dir DIR (JSON lines)")
     if config.exactly_once:
         _check_transactions(config)
+    from aiokafka.errors import KafkaConnectionError
+
     try:
         run_worker(config, loglevel=s.log_level)
     except (TopicsError, WebConfigError, KeyFileError) as err:
         fail(str(err))
+    except KafkaConnectionError as err:
+        fail(f"cannot reach the brokers at {config.broker}: {err}")
 
 
 def _check_transactions(config: StreamConfig) -> None:

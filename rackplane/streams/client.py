@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
 from rackplane.logtrust import Judge, LogTrust
@@ -24,16 +25,31 @@ from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import is_marker
 from rackplane.streams.topics import TOPICS, ensure_topics
 
-__all__ = ["TOPICS", "Client", "ensure_topics"]
+__all__ = ["TOPICS", "BrokerUnreachable", "Client", "ensure_topics"]
+
+CONNECT_TIMEOUT_S = 15.0
+"""How long the client waits for the brokers' first answer (a listener that accepts the
+connection and says nothing would otherwise hold it for aiokafka's 40-s request timeout)."""
+
+
+class BrokerUnreachable(ConnectionError):
+    """No Kafka broker answered at the configured address; the message says how."""
 
 
 class Client:
     """Producer and readers for one pipeline (`async with Client(config) as c: ...`)."""
 
-    def __init__(self, config: StreamConfig, *, linger_ms: int = 0) -> None:
+    def __init__(
+        self,
+        config: StreamConfig,
+        *,
+        linger_ms: int = 0,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+    ) -> None:
         """Raises:
         LogTrustError: a log key is not an Ed25519 public key."""
         self.config = config
+        self.connect_timeout = connect_timeout
         self.producer = AIOKafkaProducer(**config.kafka_options(), acks="all", linger_ms=linger_ms)
         self.trust = (
             LogTrust.of(config.log_keys, unsigned_prefix=config.unsigned_log_prefix)
@@ -52,7 +68,20 @@ class Client:
         return self.judge.refuses(record.partition, event) is None
 
     async def __aenter__(self) -> Client:
-        await self.producer.start()
+        """Raises:
+        BrokerUnreachable: nothing listens there, or what listens gives no Kafka answer."""
+        where = self.config.bootstrap
+        try:
+            await asyncio.wait_for(self.producer.start(), self.connect_timeout)
+        except TimeoutError:
+            await self.producer.stop()
+            raise BrokerUnreachable(
+                f"{where} took the connection but gave no Kafka answer within "
+                f"{self.connect_timeout:.0f} s (is it a Kafka listener?)"
+            ) from None
+        except KafkaConnectionError as err:
+            await self.producer.stop()
+            raise BrokerUnreachable(f"no Kafka broker answers at {where} ({err})") from None
         return self
 
     async def __aexit__(self, *exc: object) -> None:
