@@ -48,3 +48,15 @@ def test_the_dedupe_window_reaches_the_worker_command_line_and_stays_out_of_help
 def test_a_fresh_state_takes_the_dedupe_window_it_is_given() -> None:
     assert initial_state("c1", seen_window=3).seen.window == 3
     assert initial_state("c1").seen.window == SEEN_COMMANDS_WINDOW
+
+
+def test_the_worker_says_in_one_line_that_it_cannot_reach_the_brokers(
+    tmp_path: Path,
+) -> None:
+    result = runner.invoke(
+        app, ["worker", "--broker", "kafka://127.0.0.1:1", "--data-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    (line,) = [x for x in result.stderr.strip().splitlines() if x.startswith("error:")]
+    assert "cannot reach the brokers at kafka://127.0.0.1:1" in line
