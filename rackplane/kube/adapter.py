@@ -233,8 +233,9 @@ class KubeAdapter:
                     log.info("kube: the %s watch is too old; listing again", kind)
                     continue
                 optional = kind not in ("nodes", "pods")
-                if optional and err.status == 403 and not self.listed[kind].is_set():
-                    log.warning(
+                if optional and err.status == 403:
+                    first = not self.listed[kind].is_set()
+                    (log.warning if first else log.debug)(
                         "kube: may not read %s (%s): going on without them (%s); asking "
                         "again in %.0f s",
                         kind,

@@ -166,6 +166,8 @@ class Story:
         }
         self.rack_of = {n: rack for rack, nodes in self.racks.items() for n in nodes}
         self.adapter = AdapterProcess(tmp)
+        self.cleanup: list[str] = []
+        """Cluster-wide objects the story made (paths), deleted at its end."""
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -185,10 +187,10 @@ class Story:
             lambda got: len(got["items"]) == len(bodies) and all(ready(n) for n in got["items"]),
         )
 
-    def start_adapter(self) -> None:
+    def start_adapter(self, kubeconfig: str | None = None) -> None:
         config = self.pipeline.config
         self.adapter.start(
-            "kube", "--cluster", self.cluster, "--kubeconfig", self.api.kubeconfig,
+            "kube", "--cluster", self.cluster, "--kubeconfig", kubeconfig or self.api.kubeconfig,
             "--namespace", self.namespace, "--node-selector", f"{RUN_LABEL}={self.tag}",
             "--broker", config.broker, "--prefix", config.prefix, "--log-level", "info",
         )  # fmt: skip
@@ -196,8 +198,39 @@ class Story:
     def kill_adapter(self) -> None:
         self.adapter.kill()
 
+    def as_service_account(self, rules: list[dict[str, Any]]) -> str:
+        """A kubeconfig of a ServiceAccount of the story's namespace allowed `rules` (a
+        ClusterRole of the story's own, bound to it) and nothing else; its path."""
+        name, ns = "rackplane-kube", self.namespace
+        self.api.ok(
+            "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": name}}
+        )
+        role = f"rackplane-kube-{self.tag}"
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        self.api.ok("POST", f"{rbac}/clusterroles", {"metadata": {"name": role}, "rules": rules})
+        self.api.ok("POST", f"{rbac}/clusterrolebindings", {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        })  # fmt: skip
+        self.cleanup.append(f"{rbac}/clusterroles/{role}")
+        self.cleanup.append(f"{rbac}/clusterrolebindings/{role}")
+        got = self.api.ok(
+            "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": 3600}},
+        )  # fmt: skip
+        config = json.loads(Path(self.api.kubeconfig).read_text())
+        config["users"] = [{"name": "admin", "user": {"token": got["status"]["token"]}}]
+        path = self.tmp / f"sa-{self.tag}.kubeconfig"
+        path.write_text(json.dumps(config))
+        return str(path)
+
     def stop(self) -> None:
         self.adapter.stop()
+        for path in self.cleanup:
+            self.api.call("DELETE", path)
         self.api.call("DELETE", f"/api/v1/namespaces/{self.namespace}")
         selector = urllib.parse.quote(f"{RUN_LABEL}={self.tag}")
         self.api.call("DELETE", f"/api/v1/nodes?labelSelector={selector}")

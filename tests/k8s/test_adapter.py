@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rackplane.models import (
     CommandRejected,
@@ -41,6 +43,8 @@ from rackplane.projections import ClusterState
 from tests.k8s.conftest import Story
 
 pytestmark = pytest.mark.k8s
+
+DEPLOY = Path(__file__).parents[2] / "deploy" / "k8s" / "base"
 
 Pods = list[dict[str, Any]]
 StoryFactory = Callable[..., Story]
@@ -459,3 +463,40 @@ async def test_a_batch_jobs_gang_runs_and_completes(story_factory: StoryFactory)
     assert len(pods) == 8 and all(p["status"]["phase"] == "Succeeded" for p in pods)
     assert all(p["metadata"]["ownerReferences"][0]["kind"] == "Job" for p in pods)
     assert len({story.rack_of[p["spec"]["nodeName"]] for p in pods}) == 1
+
+
+def deployed_rules() -> list[dict[str, Any]]:
+    """The adapter's ClusterRole as deploy/k8s/base ships it."""
+    docs = yaml.safe_load_all((DEPLOY / "kube-rbac.yaml").read_text())
+    (role,) = [d for d in docs if d and d["kind"] == "ClusterRole"]
+    return list(role["rules"])
+
+
+async def test_the_adapter_does_its_work_with_the_deployed_rbac_and_nothing_more(
+    story_factory: StoryFactory,
+) -> None:
+    """As the ServiceAccount of deploy/k8s/base, with its ClusterRole: a gang is bound and
+    runs, a node's failure is swapped, and the API server refused nothing."""
+    story = story_factory(racks=1)
+    story.kill_adapter()
+    story.start_adapter(story.as_service_account(deployed_rules()))
+    pods = await a_running_gang(story, "train", 16)
+    job = f"{story.namespace}/train"
+    await story.state(lambda s: status(s, job) is JobStatus.RUNNING)
+    old = node_of(pods)[sorted(node_of(pods))[0]]
+    story.not_ready(old)
+    (swap,) = of_type(NodeSwapped)(await story.events(lambda es: bool(of_type(NodeSwapped)(es))))
+    story.until_pods("train", lambda ps: bound(16)(ps) and swap.new_node in node_of(ps).values())
+    log = story.adapter_log()
+    assert "403" not in log and "forbidden" not in log.lower(), log[-3000:]
+
+
+async def test_without_the_right_to_read_budgets_the_adapter_says_so_and_goes_on(
+    story_factory: StoryFactory,
+) -> None:
+    story = story_factory(racks=1)
+    story.kill_adapter()
+    rules = [r for r in deployed_rules() if "poddisruptionbudgets" not in r["resources"]]
+    story.start_adapter(story.as_service_account(rules))
+    await a_running_gang(story, "train", 16)
+    assert "may not read budgets" in story.adapter_log()
