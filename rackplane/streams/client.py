@@ -32,8 +32,10 @@ CONNECT_TIMEOUT_S = 15.0
 connection and says nothing would otherwise hold it for aiokafka's 40-s request timeout)."""
 
 
-class BrokerUnreachable(ConnectionError):
-    """No Kafka broker answered at the configured address; the message says how."""
+class BrokerUnreachable(KafkaConnectionError):  # type: ignore[misc]  # aiokafka is untyped
+    """No Kafka broker could be reached at the configured address (nothing listens, the
+    connection or its authentication failed, or what listens gives no Kafka answer); the
+    message says which when it can."""
 
 
 class Client:
@@ -81,7 +83,10 @@ class Client:
             ) from None
         except KafkaConnectionError as err:
             await self.producer.stop()
-            raise BrokerUnreachable(f"no Kafka broker answers at {where} ({err})") from None
+            raise BrokerUnreachable(
+                f"could not connect to a broker at {where}: nothing listens there, or the "
+                f"connection or its authentication failed ({err})"
+            ) from None
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -29,6 +29,8 @@ async def test_nothing_listening_is_said_at_once() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connections are refused
         config = StreamConfig(broker=f"kafka://127.0.0.1:{port}")
-        with pytest.raises(BrokerUnreachable, match=f"no Kafka broker answers at 127.0.0.1:{port}"):
+        with pytest.raises(
+            BrokerUnreachable, match=f"could not connect to a broker at 127.0.0.1:{port}"
+        ):
             async with Client(config):
                 pass
