@@ -97,7 +97,7 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
             verdicts.clear()
             continue
         verdicts[sizes] = result
-        if borrow is not None and _may_borrow(state, job):
+        if borrow is not None and may_borrow(state.settings, job.spec):
             lent = find_placement(borrow, sizes, exclude=others)
             if isinstance(lent, Placement):
                 _place(out, capacity, borrow, job, lent, borrowing=True)
@@ -146,10 +146,6 @@ def _block(out: Proposals, job: JobState, verdict: Unplaceable) -> None:
         placeable_slices=verdict.placeable_slices,
         explanation=verdict.explanation,
     )
-
-
-def _may_borrow(state: ClusterState, job: JobState) -> bool:
-    return may_borrow(state.settings, job.spec)
 
 
 def _could_ever_fit(state: ClusterState, sizes: tuple[int, ...]) -> bool:

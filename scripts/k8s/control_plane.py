@@ -95,8 +95,8 @@ STAGES = (
     "pod/fast/pod-delete.yaml",
 )
 """kwok's "fast" stages (kustomize/stage/ in its module), without the node heartbeat: nothing
-here marks a silent node NotReady (no kube-controller-manager), and a heartbeat would undo a
-test's own NotReady."""
+here marks a silent node NotReady (kube-controller-manager runs without its node lifecycle
+controller), and a heartbeat would undo a test's own NotReady."""
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node=fake"
 CONTROLLERS = "replicaset,job,disruption"
 """kube-controller-manager's controllers here: workloads whose controller owns their pods,
