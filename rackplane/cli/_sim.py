@@ -32,6 +32,7 @@ from rackplane.sim import (
     reliability,
     unavailability_from,
 )
+from rackplane.sim.capacity import default_slice_sizes
 
 _stderr = Console(stderr=True)
 _DEFAULT_SWEEP = "0:0.1:0.0025"
@@ -57,9 +58,14 @@ def capacity(
         float | None, typer.Option(help="Node MTBI in days (with --mttr-days, instead of -u).")
     ] = None,
     mttr_days: Annotated[float | None, typer.Option(help="Node repair time in days.")] = None,
-    slice_sizes: Annotated[str, typer.Option(help="Slice sizes to compare, comma-separated.")] = (
-        ",".join(map(str, DEFAULT_SLICE_SIZES))
-    ),
+    slice_sizes: Annotated[
+        str | None,
+        typer.Option(
+            help="Slice sizes to compare, comma-separated (default: those of "
+            f"{','.join(map(str, DEFAULT_SLICE_SIZES))} that fit a rack beside its spares, "
+            "and that room)."
+        ),
+    ] = None,
     spares: Annotated[int, typer.Option(help="Nodes per rack kept as hot spares.")] = 0,
     monte_carlo: Annotated[
         int | None, typer.Option(help="Also estimate by sampling this many trials.")
@@ -78,7 +84,11 @@ def capacity(
     k ~ Binomial(N, 1 - P).
     """
     try:
-        sizes = _int_list(slice_sizes)
+        sizes = (
+            default_slice_sizes(nodes_per_rack, spares)
+            if slice_sizes is None
+            else _int_list(slice_sizes)
+        )
         p = _probability(unavailability, mtbi_days, mttr_days, required=sweep is None)
         points = parse_sweep(sweep) if sweep else []
         single = (

@@ -19,6 +19,7 @@ import typer
 from rackplane.cli._client import Broker, Cluster, Prefix, _key, _settings
 from rackplane.cli._config import ConfigFile
 from rackplane.cli._render import checked, errors, fail, log_to_stderr
+from rackplane.importers import TopologyFileError, parse_slurm_topology
 from rackplane.models import Actor as ActorId
 from rackplane.models import ClusterId
 
@@ -76,10 +77,7 @@ def slurm(
         fail(f"--bin: no scontrol in {bin_dir}")
     text = None
     if topology is not None:
-        try:
-            text = topology.read_text()
-        except OSError as err:
-            fail(f"--topology: cannot read {topology}: {err.strerror or err}")
+        text = _checked_topology(topology, cluster, gpus_per_node, domain_nodes)
     s = _settings(config_file, broker, prefix, actor)
     key = _key(s)
     who = key.actor if key is not None else (s.actor or DEFAULT_ACTOR)
@@ -106,3 +104,21 @@ def slurm(
         raise SystemExit(130) from None
     except Exception as err:  # the broker gone for good, a gap in the log: one line, exit 2
         fail(f"slurm: {type(err).__name__}: {' '.join(str(err).split())}")
+
+
+def _checked_topology(path: Path, cluster: str, gpus_per_node: int, domain_nodes: int) -> str:
+    """The text of `--topology`, refused in one line up front when the adapter could not use it
+    (it would only log a warning at each read and place nothing)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        fail(f"--topology: cannot read {path}: {err.strerror or err}")
+    except UnicodeDecodeError as err:
+        fail(f"--topology: {path}: expected UTF-8 text (byte {err.start} cannot be decoded)")
+    try:
+        parse_slurm_topology(
+            text, str(path), cluster=cluster, gpus_per_node=gpus_per_node, domain_nodes=domain_nodes
+        )
+    except TopologyFileError as err:
+        fail(f"--topology: {err}")
+    return text

@@ -109,23 +109,31 @@ def parse_slurm_topology(
         name: for `topology.yaml`, the topology to use; default: the first with
             `cluster_default: true`, else the only block topology. For a block
             `topology.conf`, the prefix of the pod ids (default `block`). Unused for a tree.
-        domain_nodes: for a tree, the nodes of one NVLink domain (see `parse_slurm_tree`).
+        domain_nodes: the nodes of one NVLink domain: a block's most when the file sets no
+            `BlockSizes`, and the largest base block size it may set; for a tree, see
+            `parse_slurm_tree`.
 
     Returns:
         One rack per base block, grouped into pods (and superpods) by `block_sizes`; or, for
         a tree, one rack per leaf switch, grouped by parent (and grandparent) switch.
 
     Raises:
+        ValueError: `domain_nodes` is below 1.
         TopologyFileError: bad syntax, a tree or flat topology in `topology.yaml`, an unknown
-            parameter, a bad hostlist, a node in two blocks, sizes that do not nest; for a
-            tree, see `parse_slurm_tree`; with the line.
+            parameter, a bad hostlist, a node in two blocks, sizes that do not nest, a base
+            block size above `domain_nodes`, a block with more nodes than the base block size
+            (or, without sizes, `domain_nodes`); for a tree, see `parse_slurm_tree`; with the
+            line.
     """
     if _is_tree(text):
         return parse_slurm_tree(
             text, source, cluster=cluster, gpus_per_node=gpus_per_node, domain_nodes=domain_nodes
         ).topology
+    if domain_nodes < 1:
+        raise ValueError(f"domain_nodes must be at least 1 (got {domain_nodes})")
     layout = _read(text, source, name)
     pod_of, pods = _group(layout, source)
+    _check_block_sizes(layout, domain_nodes, source)
     racks = [
         RackDraft(
             id=block.name,
@@ -278,7 +286,12 @@ def load_slurm_topology_with_notes(
             text, source, cluster=cluster, gpus_per_node=gpus_per_node, domain_nodes=domain_nodes
         )
     topology = parse_slurm_topology(
-        text, source, cluster=cluster, gpus_per_node=gpus_per_node, name=name
+        text,
+        source,
+        cluster=cluster,
+        gpus_per_node=gpus_per_node,
+        name=name,
+        domain_nodes=domain_nodes,
     )
     return SlurmTree(topology)
 
@@ -327,6 +340,35 @@ def _group(layout: BlockLayout, source: str) -> tuple[list[str], list[PodDraft]]
         for k, pod in enumerate(pod_ids)
     ]
     return pod_of, pods
+
+
+def _check_block_sizes(layout: BlockLayout, domain_nodes: int, source: str) -> None:
+    """A base block is one NVLink domain: no larger than `domain_nodes`, no block above it.
+
+    A hostlist typo (`gb[01-81]` for `gb[01-18]`) would otherwise become one rack of 81
+    nodes: an NVLink domain that does not exist, which placement would fill.
+    """
+    sizes = layout.sizes
+    if sizes and sizes[0] > domain_nodes:
+        raise layout.sizes_where.error(
+            source,
+            f"expected a base block size of at most {domain_nodes} nodes, one NVLink domain "
+            "(domain_nodes)",
+            ", ".join(str(s) for s in sizes),
+        )
+    most = sizes[0] if sizes else domain_nodes
+    why = (
+        f"the base block size at {layout.sizes_where.describe()}"
+        if sizes
+        else "one NVLink domain (domain_nodes)"
+    )
+    for block in layout.blocks:
+        if len(block.nodes) > most:
+            raise block.nodes_where.error(
+                source,
+                f"expected a block of at most {most} nodes, {why}; block {block.name!r} has "
+                f"{len(block.nodes)} (a typo in its hostlist?)",
+            )
 
 
 def _numbered(prefix: str, count: int) -> list[str]:

@@ -30,6 +30,26 @@ from pydantic import BaseModel, ConfigDict
 DEFAULT_SLICE_SIZES = (8, 9, 16, 18)
 
 
+def default_slice_sizes(nodes_per_rack: int, spares: int = 0) -> tuple[int, ...]:
+    """The slice sizes compared when none are given: those of `DEFAULT_SLICE_SIZES` that fit a
+    rack's room (its nodes less its spares), and the room itself.
+
+    With 2 spares on an NVL72 that is (8, 9, 16): 18 no longer fits beside the spares, and the
+    question is still worth asking. A rack without room gets `DEFAULT_SLICE_SIZES`, so the
+    check of the spares says what is wrong.
+
+    >>> default_slice_sizes(18, spares=2)
+    (8, 9, 16)
+    >>> default_slice_sizes(18, spares=1)
+    (8, 9, 16, 17)
+    """
+    room = nodes_per_rack - spares
+    if room < 1:
+        return DEFAULT_SLICE_SIZES
+    fitting = tuple(s for s in DEFAULT_SLICE_SIZES if s <= room)
+    return fitting if room in fitting else (*fitting, room)
+
+
 class CapacityError(ValueError):
     """The question has no answer (a slice larger than a rack, a probability outside [0, 1])."""
 

@@ -160,3 +160,24 @@ def test_a_reason_that_looks_like_markup_is_printed_as_it_is(tmp_path: Path) -> 
     result = runner.invoke(app, ["history", "node", "n1", "--db", str(db)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "[/] [red]x" in result.stdout
+
+
+TYPO = "BlockSizes=18\nBlockName=b1 Nodes=n[01-18]\nBlockName=b2 Nodes=m[01-81]\n"
+"""`m[01-81]` for `m[01-18]`: one block of 81 nodes, which no NVLink domain is."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["topology", "import", "--slurm"], id="topology import"),
+        pytest.param(["slurm", "--cluster", "c1", *NOWHERE[:2], "--topology"], id="slurm"),
+    ],
+)
+def test_a_slurm_block_larger_than_an_nvlink_domain_is_refused_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    path = tmp_path / "topology.conf"
+    path.write_text(TYPO)
+    line = one_error_line(runner.invoke(app, [*command, str(path)]))
+    assert f"{path}:3: Nodes: expected a block of at most 18 nodes" in line
+    assert "block 'b2' has 81" in line

@@ -263,3 +263,98 @@ def test_every_bad_slurm_topology_says_what_was_expected(text: str, want: str) -
 def test_asking_for_a_topology_that_is_not_there_lists_those_that_are() -> None:
     with pytest.raises(TopologyFileError, match=r"named 'nope' \(found: nvlink, fabric, every"):
         load_slurm_topology(FIXTURES / "topology.yaml", cluster="c", name="nope")
+
+
+# A typo in one hostlist: `n[01-81]` for `n[01-18]`.
+#
+#     b1: n[01-18]   one NVLink domain of 18 nodes
+#     b2: m[01-81]   81 nodes: no NVLink domain is that large -> refused at its line
+@pytest.mark.parametrize(
+    ("text", "domain_nodes", "want"),
+    [
+        pytest.param(
+            "BlockName=b1 Nodes=n[01-18]\nBlockName=b2 Nodes=m[01-81]\n",
+            18,
+            "t:2: Nodes: expected a block of at most 18 nodes, one NVLink domain "
+            "(domain_nodes); block 'b2' has 81 (a typo in its hostlist?)",
+            id="no block sizes: a block above the NVLink domain size",
+        ),
+        pytest.param(
+            "BlockSizes=18,144\nBlockName=b1 Nodes=n[01-18]\nBlockName=b2 Nodes=m[01-81]\n",
+            18,
+            "t:3: Nodes: expected a block of at most 18 nodes, the base block size at "
+            "BlockSizes (line 1); block 'b2' has 81 (a typo in its hostlist?)",
+            id="a block above the base block size",
+        ),
+        pytest.param(
+            "BlockSizes=4\nBlockName=b1 Nodes=n[1-4]\nBlockName=b2 Nodes=m[1-5]\n",
+            18,
+            "t:3: Nodes: expected a block of at most 4 nodes, the base block size at "
+            "BlockSizes (line 1); block 'b2' has 5",
+            id="a base block size below the domain size is the limit",
+        ),
+        pytest.param(
+            "BlockSizes=36\nBlockName=b1 Nodes=n[01-36]\n",
+            18,
+            "t:1: BlockSizes: expected a base block size of at most 18 nodes, one NVLink "
+            "domain (domain_nodes) (got 36)",
+            id="a base block size above the NVLink domain size",
+        ),
+        pytest.param(
+            "- topology: t1\n  block:\n    block_sizes: [8]\n    blocks:\n"
+            "      - {block: b1, nodes: 'n[1-8]'}\n      - {block: b2, nodes: 'm[1-9]'}\n",
+            18,
+            "t:6: [0].block.blocks[1].nodes: expected a block of at most 8 nodes, the base "
+            "block size at [0].block.block_sizes (line 3); block 'b2' has 9",
+            id="topology.yaml: a block above its block_sizes",
+        ),
+        pytest.param(
+            "BlockName=b1 Nodes=n[01-10]\n",
+            8,
+            "t:1: Nodes: expected a block of at most 8 nodes, one NVLink domain (domain_nodes); "
+            "block 'b1' has 10",
+            id="a smaller domain size given by the caller",
+        ),
+    ],
+)
+def test_a_block_larger_than_an_nvlink_domain_is_refused_at_its_line(
+    text: str, domain_nodes: int, want: str
+) -> None:
+    with pytest.raises(TopologyFileError) as caught:
+        parse_slurm_topology(text, "t", cluster="c", domain_nodes=domain_nodes)
+    assert str(caught.value).startswith(want), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "domain_nodes", "want_nodes"),
+    [
+        pytest.param("BlockName=b1 Nodes=n[01-18]\n", 18, [18], id="a full NVL72 domain"),
+        pytest.param(
+            "BlockSizes=18\nBlockName=b1 Nodes=n[01-18]\nBlockName=b2 Nodes=m[01-17]\n",
+            18,
+            [18, 17],
+            id="a block below the base size (a partial rack)",
+        ),
+        pytest.param(
+            "BlockSizes=36\nBlockName=b1 Nodes=n[01-36]\n", 36, [36], id="a larger domain given"
+        ),
+    ],
+)
+def test_a_block_up_to_the_nvlink_domain_size_is_one_rack(
+    text: str, domain_nodes: int, want_nodes: list[int]
+) -> None:
+    topology = parse_slurm_topology(text, "t", cluster="c", domain_nodes=domain_nodes)
+    assert [len(r.nodes) for r in topology.racks] == want_nodes
+
+
+def test_loading_a_block_file_checks_it_against_the_given_domain_size(tmp_path: Path) -> None:
+    path = tmp_path / "topology.conf"
+    path.write_text("BlockName=b1 Nodes=n[01-12]\n")
+    assert len(load_slurm_topology(path, cluster="c", domain_nodes=12).racks[0].nodes) == 12
+    with pytest.raises(TopologyFileError, match=r"topology.conf:1: Nodes: .* 'b1' has 12"):
+        load_slurm_topology(path, cluster="c", domain_nodes=10)
+
+
+def test_a_domain_size_below_one_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="domain_nodes must be at least 1"):
+        parse_slurm_topology("BlockName=b1 Nodes=n1\n", "t", cluster="c", domain_nodes=0)
