@@ -22,7 +22,10 @@ else. The phases of one step:
      of the node goes from failed to healthy).
 
 `GpuHealthRules` keeps one state per node behind the `HealthClassifier` interface, for the
-`gpu_manager` agent.
+`gpu_manager` agent. Given the node's rack (`classify(..., rack=(rack, view))`), it first runs
+the rack rule of `_rack_rules` (NVLink-fabric XIDs on 2 nodes of one rack within 3 minutes:
+the rack is failed, `Verdict.rack`); while the rack is at fault, the fabric XIDs of its nodes
+weigh nothing on the nodes (`absolved`), so they are not failed one by one for the rack's fault.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from datetime import datetime, timedelta
 
 from rackplane.models import Health, NodeTelemetry, XidAction
 from rackplane.policies._gpu_rules import Finding, gpu_findings, new_xids
-from rackplane.policies.health import RANK, Verdict
+from rackplane.policies._rack_rules import (
+    RackEvidence,
+    RackRules,
+    Sighting,
+    fabric_off,
+    fabric_sighting,
+    rack_step,
+)
+from rackplane.policies.health import RANK, RackVerdict, RackView, Verdict
 from rackplane.policies.xid import HEALTH_OF, XidTable, default_table, worse
 
 
@@ -86,6 +97,27 @@ class NodeHealthState:
 def repaired(state: NodeHealthState) -> NodeHealthState:
     """The node was repaired: start over healthy, remembering which sticky XIDs were seen."""
     return NodeHealthState(last_xid=state.last_xid)
+
+
+def absolved(state: NodeHealthState, table: XidTable) -> NodeHealthState:
+    """The node's open incident weighed again with `table`, its unconfirmed suspicions dropped.
+
+    For the nodes that gave the evidence of a rack fault: `table` sets the fabric XIDs to
+    `none`, so the rack's fault neither fails the node nor counts as one of its incidents.
+    """
+    incident, starts = state.incident, state.incident_starts
+    if incident is not None:
+        worst, action = incident.xids[0][1], table.policy(incident.xids[0][1]).action
+        for _, code in incident.xids[1:]:
+            top = worse(action, table.policy(code).action)
+            if top is not action:
+                worst, action = code, top
+        if action is XidAction.NONE:
+            starts = tuple(s for s in starts if s != incident.first_at)
+        incident = replace(incident, worst=worst, action=action)
+    return replace(
+        state, incident=incident, incident_starts=starts, suspect_degraded=None, suspect_failed=None
+    )
 
 
 def _xid_phase(
@@ -233,7 +265,9 @@ class GpuHealthRules:
 
     rules: HealthRules = field(default_factory=HealthRules)
     table: XidTable = field(default_factory=default_table)
+    rack_rules: RackRules = field(default_factory=RackRules)
     states: dict[tuple[str, str], NodeHealthState] = field(default_factory=dict)
+    racks: dict[tuple[str, str], RackEvidence] = field(default_factory=dict)
     _tables: dict[tuple[tuple[int, XidAction], ...], XidTable] = field(default_factory=dict)
 
     def classify(
@@ -242,8 +276,13 @@ class GpuHealthRules:
         *,
         known: Health | None = None,
         overrides: Mapping[int, XidAction] | None = None,
+        rack: RackView | None = None,
     ) -> Verdict:
-        """Fold `sample` into its node's state; `known` is the controller's view of the node."""
+        """Fold `sample` into its node's state (and, given `rack`, into the rack's evidence).
+
+        `known` is the controller's view of the node, `rack` the node's rack and the
+        controller's view of it.
+        """
         key = (sample.cluster, sample.node)
         state = self.states.get(key) or NodeHealthState()
         if known is Health.FAILED:
@@ -254,9 +293,37 @@ class GpuHealthRules:
             # The controller's view went from failed to healthy: a repair (RepairNode). Read
             # from the view itself, so a repair is seen however the replica learnt of it.
             state = repaired(state)
-        state, verdict = step(state, sample, self._table(overrides), self.rules)
         self.states[key] = state
-        return verdict
+        table, rack_verdict = self._table(overrides), None
+        if rack is not None:
+            table, rack_verdict = self._rack(sample, rack, overrides)
+            state = self.states[key]
+        state, verdict = step(state, sample, table, self.rules)
+        self.states[key] = state
+        return verdict if rack_verdict is None else replace(verdict, rack=rack_verdict)
+
+    def _rack(
+        self, sample: NodeTelemetry, rack: RackView, overrides: Mapping[int, XidAction] | None
+    ) -> tuple[XidTable, RackVerdict | None]:
+        """The rack rule (`_rack_rules`); the table the node's own fold runs with."""
+        rack_id, known = rack
+        key = (sample.cluster, rack_id)
+        table = self._table(overrides)
+        before = self.racks.get(key) or RackEvidence()
+        last = dict(self.states[(sample.cluster, sample.node)].last_xid)
+        xids = fabric_sighting(sample.gpus, last, table, self.rack_rules)
+        sighting = Sighting(sample.node, sample.at, xids)
+        evidence, verdict = rack_step(before, rack_id, known, sighting, table, self.rack_rules)
+        self.racks[key] = evidence
+        if not evidence.at_fault:
+            return table, None
+        quiet = self._table({**(overrides or {}), **fabric_off(self.rack_rules)})
+        if verdict is not None or not before.at_fault:
+            for s in evidence.sightings:  # the nodes that gave the evidence
+                node = (sample.cluster, s.node)
+                if node in self.states:
+                    self.states[node] = absolved(self.states[node], quiet)
+        return quiet, verdict
 
     def forget(self, cluster: str, node: str) -> None:
         """The node was repaired: its next samples start from healthy."""

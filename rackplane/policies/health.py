@@ -17,9 +17,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from rackplane.models import GpuSample, Health, NodeTelemetry, XidAction
+from rackplane.models import GpuSample, Health, NodeTelemetry, RackHealth, RackId, XidAction
 
 FATAL_XIDS = frozenset({48, 74, 79, 95, 119, 120, 140})
+
+
+@dataclass(frozen=True, slots=True)
+class RackVerdict:
+    """A rack-level fault the telemetry made evident, for the `ReportRackHealth` command."""
+
+    rack: RackId
+    health: RackHealth
+    cause: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +39,12 @@ class Verdict:
     cause: str = ""
     evidence: tuple[str, ...] = ()
     """The findings behind the verdict, one line each (`cause` joins them)."""
+    rack: RackVerdict | None = None
+    """A verdict on the node's rack that this sample made (None: nothing new about the rack)."""
+
+
+RackView = tuple[RackId, RackHealth]
+"""A node's rack and the controller's view of the rack's health."""
 
 
 class HealthClassifier(Protocol):
@@ -41,6 +56,7 @@ class HealthClassifier(Protocol):
         *,
         known: Health | None = None,
         overrides: Mapping[int, XidAction] | None = None,
+        rack: RackView | None = None,
     ) -> Verdict:
         """The node's health after this sample.
 
@@ -48,6 +64,7 @@ class HealthClassifier(Protocol):
             sample: the node's telemetry.
             known: the controller's view of the node (a failed node stays failed).
             overrides: the cluster's operator overrides of the XID policy table.
+            rack: the node's rack and the controller's view of it (None: judge the node only).
         """
         ...
 
@@ -72,8 +89,9 @@ class SimpleRules:
         *,
         known: Health | None = None,
         overrides: Mapping[int, XidAction] | None = None,
+        rack: RackView | None = None,
     ) -> Verdict:
-        """The worst verdict over the node's GPUs (stateless: `known` and `overrides` unused)."""
+        """The worst verdict over the node's GPUs (stateless: the keywords are unused)."""
         worst = Verdict(Health.HEALTHY)
         for g in sample.gpus:
             v = self._gpu(g)

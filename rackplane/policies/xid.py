@@ -14,6 +14,15 @@ An XID missing from both sources is unknown: `reset_gpu` (fatal), so that a new 
 looked at rather than ignored. Operators override any code per cluster with
 `policy.xid_actions` in the cluster file (`PolicySettings.xid_actions`).
 
+NVLink-fabric XIDs (`fabric_xids`): NVIDIA's decode sheet of the NVLink5 XIDs 144-150
+(`xid_144_150_nvlink5_decode.csv`) lists each XID's sub-codes with their resolution and their
+effect on the local and the remote end of the link. An XID is a fabric XID when one of its
+sub-codes asks for a GPU reset and reaches the remote end (packet loss across the link): 144
+(SAW), 145 (RLW), 146 (TLW) and 149 (NETIR, link down; "investigate the peer device"). 147
+and 148 are only ever ignored, and 150 (MSE watchdog) is the GPU's own firmware with no
+remote effect. The telemetry carries no sub-code (NVML and DCGM give the XID alone), so the
+GPU Manager's rack rule works at XID level.
+
 How an action weighs on the node (`HEALTH_OF`): `none` and `restart_app` leave it healthy (the
 application faulted, the GPU is fine); `reset_gpu`, `reboot_node` and `drain_and_replace` take
 it out of service (failed): its work moves to a spare, and it returns through `RepairNode`.
@@ -183,6 +192,19 @@ def build_table(catalog: list[list[str]], nvsentinel: list[list[str]]) -> XidTab
 def default_table() -> XidTable:
     """The table built from the packaged sources (read once)."""
     return build_table(_read("xid_catalog.csv"), _read("nvsentinel_xiderrorsmapping.csv"))
+
+
+@cache
+def fabric_xids() -> frozenset[int]:
+    """XIDs that can be an error of the NVLink path, not of the GPU alone (module docstring)."""
+    rows = _read("xid_144_150_nvlink5_decode.csv")
+    col = {name: i for i, name in enumerate(rows[0])}
+    out = set()
+    for r in rows[1:]:
+        remote = r[col["localremote"]].partition("Remote:")[2].strip().lower()
+        if r[col["resolution"]] == "RESET_GPU" and remote and not remote.startswith("none"):
+            out.add(int(r[col["xid"]]))
+    return frozenset(out)
 
 
 def disagreements() -> dict[int, tuple[XidAction, XidAction]]:
