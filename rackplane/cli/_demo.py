@@ -4,6 +4,11 @@ The story, in virtual time: register the cluster; submit a hero run, mid-size, s
 interactive and inference jobs; fail nodes under the hero run (swaps, then a migration);
 finish jobs so free nodes scatter; a 16-node job arrives and Auto Defrag makes room for it.
 Each step prints what the control plane decided and why; the end prints the occupancy.
+
+On another cluster the story keeps its shape and scales its jobs: the example holds 128
+slices (128 racks with room for one slice of 16 beside their spares); a cluster that holds n
+slices gets a hero run of about n/4 slices (at least one) and n/128 times as many other jobs.
+A cluster with no rack that holds one slice beside its spares has no story: refused in a line.
 """
 
 from __future__ import annotations
@@ -14,14 +19,14 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import typer
 from rich.table import Table
 
 from rackplane.cli._render import console, fail, occupancy_table, pod_table, summary_table
 from rackplane.engine import Engine
-from rackplane.importers import TopologyFileError, load_cluster_file
+from rackplane.importers import ClusterFile, TopologyFileError, load_cluster_file
 from rackplane.models import (
     Command,
     CompleteJob,
@@ -40,6 +45,8 @@ from rackplane.projections import cluster_summary, rack_occupancy
 
 DEFAULT_CLUSTER = Path("examples/gb200-128.yaml")
 START = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+EXAMPLE_SLICES = 128
+"""Slices the example cluster holds beside its spares: the workload's scale of 1."""
 
 
 class _Clock:
@@ -83,17 +90,52 @@ class _Story:
                 console.print(f"  [green]{e.type}[/] {who}: {text}", highlight=False)
 
 
-def _workload(rng: random.Random) -> Iterator[JobSpec]:
+class _Scale(NamedTuple):
+    """How big the story's jobs are on one cluster (the example: 512, 54, 80, 64)."""
+
+    slice_size: int
+    hero_nodes: int
+    mid: int
+    small: int
+    batches: int
+
+    @property
+    def hero(self) -> str:
+        return f"hero-{self.hero_nodes}"
+
+
+def _scale(topo: ClusterFile, source: Path) -> _Scale:
+    """The story's sizes for `topo`, or a one-line refusal when no rack holds a slice."""
+    size, spares = topo.policy.slice_size, topo.policy.spares_per_rack
+    rooms = [len(r.nodes) - spares for r in topo.topology.racks]
+    slices = sum(max(0, room) // size for room in rooms)
+    if slices == 0:
+        fail(
+            f"demo: {source}: no rack has room for a slice of {size} nodes (slice_size) beside "
+            f"its {spares} spares (the largest room is {max(max(rooms), 0)}); the story's jobs "
+            "need one"
+        )
+    ratio = slices / EXAMPLE_SLICES
+    return _Scale(
+        slice_size=size,
+        hero_nodes=size * max(1, round(slices / 4)),
+        mid=round(54 * ratio),
+        small=round(80 * ratio),
+        batches=max(1, round(64 * ratio)),
+    )
+
+
+def _workload(rng: random.Random, scale: _Scale) -> Iterator[JobSpec]:
     ckpt = timedelta(minutes=30)
     yield JobSpec(
-        id="hero-512",
-        name="pretrain 512 nodes",
+        id=scale.hero,
+        name=f"pretrain {scale.hero_nodes} nodes",
         owner="llm-team",
-        nodes=512,
+        nodes=scale.hero_nodes,
         priority=10,
         checkpoint_interval=ckpt,
     )
-    for i in range(54):
+    for i in range(scale.mid):
         yield JobSpec(
             id=f"mid-{i:02d}",
             owner="research",
@@ -101,7 +143,7 @@ def _workload(rng: random.Random) -> Iterator[JobSpec]:
             priority=5,
             checkpoint_interval=ckpt,
         )
-    for i in range(80):
+    for i in range(scale.small):
         yield JobSpec(
             id=f"small-{i:02d}",
             owner="research",
@@ -131,19 +173,23 @@ def _workload(rng: random.Random) -> Iterator[JobSpec]:
 
 
 def demo(
-    cluster: Annotated[Path, typer.Option(help="Cluster file to run the story on.")] = (
-        DEFAULT_CLUSTER
-    ),
+    cluster: Annotated[
+        Path, typer.Option(help="Cluster file (or the name of one in examples/) of the story.")
+    ] = DEFAULT_CLUSTER,
     seed: Annotated[int, typer.Option(help="Seed of the generated workload.")] = 7,
     all_racks: Annotated[bool, typer.Option(help="Print every rack, not only the story's.")] = (
         False
     ),
 ) -> None:
     """Run a short in-process story: placement, failures, swaps, a migration, a defrag."""
+    path = _cluster_path(cluster)
     try:
-        topo = load_cluster_file(cluster)
-    except (TopologyFileError, OSError) as err:
-        fail(f"{err} (run from the repository root, or pass --cluster FILE)")
+        topo = load_cluster_file(path)
+    except TopologyFileError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(f"--cluster: cannot read {path}: {err.strerror or err}")
+    scale = _scale(topo, path)
     clock = _Clock()
     engine = Engine(topo.topology.cluster, clock=clock, policies=default_policies())
     story = _Story(engine, clock)
@@ -157,51 +203,23 @@ def demo(
         f"slices of {topo.policy.slice_size}"
     )
     submitted = []
-    for spec in _workload(rng):
+    for spec in _workload(rng, scale):
         submitted += story.send(SubmitJob, actor=f"user:{spec.owner}", job=spec)
     story.start_placed()
     placed = sum(1 for e in submitted if e.type == "JobPlaced")
     blocked = sum(1 for e in submitted if e.type == "JobBlocked")
-    console.print(f"[bold cyan]1. Workload[/]: {placed} jobs placed, {blocked} blocked")
-    hero = engine.state.jobs["hero-512"]
+    console.print(f"[bold cyan]1. Workload[/]: {_n(placed, 'job')} placed, {blocked} blocked")
+    hero = engine.state.jobs.get(scale.hero)
+    if hero is None or not hero.slices:
+        why = next((_text(e) for e in submitted if _names(e, scale.hero)), "it was not placed")
+        fail(f"demo: {scale.hero} has no nodes on {t.cluster}: {why}")
     pods = sorted({engine.state.racks[s.racks[0]].pod for s in hero.slices})
     console.print(
-        f"  hero-512: {len(hero.slices)} slices of 16 on {len({s.racks[0] for s in hero.slices})}"
-        f" racks in pods {', '.join(pods)}; every slice inside one rack"
+        f"  {scale.hero}: {_n(len(hero.slices), 'slice')} of {scale.slice_size} on "
+        f"{_n(len({s.racks[0] for s in hero.slices}), 'rack')} in pods {', '.join(pods)}; every "
+        "slice inside one rack"
     )
-
-    s0 = hero.slices[0]
-    victim_rack = s0.racks[0]
-    events = story.send(
-        ReportNodeHealth,
-        actor="gpu_manager",
-        node=s0.nodes[5],
-        health=Health.FAILED,
-        cause="XID 79: GPU fell off the bus",
-    )
-    story.say(f"2. A node of hero-512 fails in {victim_rack}", events, "NodeSwapped")
-    events = story.send(
-        ReportNodeHealth,
-        actor="gpu_manager",
-        node=engine.state.jobs["hero-512"].slices[0].nodes[6],
-        health=Health.FAILED,
-        cause="XID 48: double-bit ECC error",
-    )
-    story.say("3. A second failure in the same rack", events, "NodeSwapped")
-    events = story.send(
-        ReportNodeHealth,
-        actor="gpu_manager",
-        node=engine.state.jobs["hero-512"].slices[0].nodes[7],
-        health=Health.FAILED,
-        cause="XID 94: contained ECC error",
-    )
-    story.say(
-        "4. A third failure: the rack has no spare left",
-        events,
-        "SliceMigrated",
-        "SliceDegraded",
-        "JobPreempted",
-    )
+    victim_rack = _fail_under_hero(story, scale.hero, topo.policy.spares_per_rack)
 
     clock.now += timedelta(hours=2)
     running = [
@@ -218,12 +236,91 @@ def demo(
         f"{summary.free} nodes free above the spares, scattered over racks"
     )
     clock.now += timedelta(minutes=10)
-    console.print("[bold cyan]6. 16-node jobs keep arriving[/]")
-    for batch in range(64):
+    _batches(story, scale)
+
+    rows = rack_occupancy(engine.state)
+    touched = {victim_rack} | {r for e in story.planned for r in e.target_racks}
+    now_hero = engine.state.jobs.get(scale.hero)
+    touched |= {s.racks[0] for s in (now_hero.slices[:1] if now_hero else ())}
+    console.print(pod_table(rows))
+    shown = rows if all_racks else [r for r in rows if r.rack in touched or r.failed]
+    console.print(
+        occupancy_table(shown, "Racks of the story" if not all_racks else "Rack occupancy")
+    )
+    console.print(summary_table(cluster_summary(engine.state)))
+    console.print(_decisions(story.counts))
+
+
+def _cluster_path(cluster: Path) -> Path:
+    """`--cluster` as a file: a path, or the bare name of an example (`gb200-128`); one line
+    naming what is missing when it is neither."""
+    if cluster.exists():
+        if cluster.is_dir():
+            fail(f"--cluster: {cluster} is a directory; expected a cluster file")
+        return cluster
+    example = DEFAULT_CLUSTER.parent / f"{cluster.name}.yaml"
+    if cluster.name == str(cluster) and not cluster.suffix and example.is_file():
+        return example
+    hint = (
+        " (run from the repository root, or pass --cluster FILE)"
+        if cluster == DEFAULT_CLUSTER
+        else f": neither a file nor an example ({example})"
+        if cluster.name == str(cluster) and not cluster.suffix
+        else ""
+    )
+    fail(f"--cluster: no cluster file {cluster}{hint}")
+
+
+_CAUSES = (
+    "XID 79: GPU fell off the bus",
+    "XID 48: double-bit ECC error",
+    "XID 94: contained ECC error",
+)
+
+
+def _fail_under_hero(story: _Story, hero: str, spares: int) -> str:
+    """Steps 2-4: three nodes under the hero's first slice fail; return the first one's rack."""
+    titles = (
+        "2. A node of {hero} fails in {rack}",
+        "3. A second failure under the same slice",
+        "4. A third failure under the same slice"
+        + (": the rack has no spare left" if spares == 2 else ""),
+    )
+    kinds = (("NodeSwapped",),) * 2 + (
+        ("NodeSwapped", "SliceMigrated", "SliceDegraded", "JobPreempted"),
+    )
+    first_rack = ""
+    for k, (title, cause, shown) in enumerate(zip(titles, _CAUSES, kinds, strict=True)):
+        job = story.engine.state.jobs.get(hero)
+        if job is None or not job.slices:
+            console.print(
+                f"[bold cyan]{title.format(hero=hero, rack=first_rack)}[/]: skipped, "
+                f"{hero} holds no nodes now",
+                highlight=False,
+            )
+            continue
+        s0 = job.slices[0]
+        first_rack = first_rack or s0.racks[0]
+        events = story.send(
+            ReportNodeHealth,
+            actor="gpu_manager",
+            node=s0.nodes[(5 + k) % len(s0.nodes)],
+            health=Health.FAILED,
+            cause=cause,
+        )
+        story.say(title.format(hero=hero, rack=first_rack), events, *shown)
+    return first_rack
+
+
+def _batches(story: _Story, scale: _Scale) -> None:
+    """Step 6: slice-sized jobs arrive until one waits; Auto Defrag makes room for some."""
+    size = scale.slice_size
+    console.print(f"[bold cyan]6. {size}-node jobs keep arriving[/]")
+    for batch in range(scale.batches):
         spec = JobSpec(
             id=f"batch-{batch:02d}",
             owner="research",
-            nodes=16,
+            nodes=size,
             priority=5,
             checkpoint_interval=timedelta(minutes=30),
         )
@@ -239,20 +336,25 @@ def demo(
                 highlight=False,
             )
         elif "JobPlaced" not in kinds:
-            story.say(f"  {spec.id} waits", events, "JobBlocked")
+            story.say(f"  {spec.id} waits", events, "JobBlocked", "CommandRejected")
             break
         story.start_placed()
-        clock.now += timedelta(minutes=1)
+        story.clock.now += timedelta(minutes=1)
 
-    rows = rack_occupancy(engine.state)
-    touched = {victim_rack} | {r for e in story.planned for r in e.target_racks}
-    touched |= {s.racks[0] for s in engine.state.jobs["hero-512"].slices[:1]}
-    console.print(pod_table(rows))
-    shown = rows if all_racks else [r for r in rows if r.rack in touched or r.failed]
-    console.print(
-        occupancy_table(shown, "Racks of the story" if not all_racks else "Rack occupancy")
-    )
-    console.print(summary_table(cluster_summary(engine.state)))
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def _names(event: Event, job: str) -> bool:
+    return getattr(event, "job", None) == job and event.type in ("JobBlocked", "CommandRejected")
+
+
+def _text(event: Event) -> str:
+    return " ".join(str(getattr(event, "explanation", "") or getattr(event, "reason", "")).split())
+
+
+def _decisions(counts: Counter[str]) -> Table:
     table = Table(title="Decisions", title_justify="left", header_style="bold")
     table.add_column("event")
     table.add_column("count", justify="right")
@@ -266,5 +368,5 @@ def demo(
         "JobPreempted",
         "CommandRejected",
     ):
-        table.add_row(kind, str(story.counts[kind]))
-    console.print(table)
+        table.add_row(kind, str(counts[kind]))
+    return table

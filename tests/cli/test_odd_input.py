@@ -19,19 +19,11 @@ from rackplane.importers import TopologyFileError, load_cluster_file, parse_k8s_
 from rackplane.models import CordonNode, Rack, RegisterTopology, Topology
 from rackplane.policies import decide
 from rackplane.projections import evolve, initial_state
+from tests.cli._output import one_error_line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 NOWHERE = ["--broker", "kafka://127.0.0.1:9", "--timeout", "0.1"]
 runner = CliRunner()
-
-
-def one_error_line(result: object) -> str:
-    stderr: str = result.stderr  # type: ignore[attr-defined]
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert result.exit_code == 2  # type: ignore[attr-defined]
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(
