@@ -10,6 +10,7 @@ from rackplane.cli import (
     _exporter,
     _history,
     _kube,
+    _rack,
     _replay,
     _sim,
     _slurm,
@@ -35,6 +36,7 @@ app.add_typer(keys_app, name="keys")
 app.command()(demo)
 _streams.register(app)
 _client.register(app)
+_rack.register(app)
 _up.register(app)
 _sim.register(app)
 _exporter.register(app)

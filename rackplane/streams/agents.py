@@ -32,6 +32,7 @@ from rackplane.models import (
     RegisterTopology,
     Rejection,
     ReportNodeHealth,
+    ReportRackHealth,
 )
 from rackplane.policies import decide, refuse_oversized
 from rackplane.policies.base import Policy
@@ -545,7 +546,8 @@ def _events_by_cluster(batch: Sequence[Any]) -> dict[str, list[Event]]:
 
 
 class GpuManager:
-    """Telemetry -> health verdicts -> `ReportNodeHealth` on transitions only."""
+    """Telemetry -> health verdicts -> `ReportNodeHealth` on transitions only, and
+    `ReportRackHealth` when the verdict says the node's rack is at fault (the rack rule)."""
 
     name = "gpu_manager"
 
@@ -631,9 +633,23 @@ class GpuManager:
                 )
                 continue
             key = (sample.cluster, sample.node)
+            rack = state.racks.get(node.rack)
             verdict = self.classifier.classify(
-                sample, known=node.health, overrides=state.settings.xid_actions
+                sample,
+                known=node.health,
+                overrides=state.settings.xid_actions,
+                rack=None if rack is None else (rack.id, rack.health),
             )
+            if verdict.rack is not None:
+                report = ReportRackHealth(
+                    id=f"gpu_manager:rack:{verdict.rack.rack}:{sample.at.isoformat()}",
+                    cluster=sample.cluster,
+                    actor="gpu_manager",
+                    rack=verdict.rack.rack,
+                    health=verdict.rack.health,
+                    cause=verdict.rack.cause,
+                )
+                out.append((sample.cluster.encode(), encode_command(self.sign(report))))
             if verdict.health is self.reported.get(key, node.health):
                 continue
             self.reported[key] = verdict.health
