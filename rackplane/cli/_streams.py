@@ -174,6 +174,7 @@ def worker(
         config = dataclasses.replace(config, seen_window=seen_window)
     if config.db and config.audit_dir:
         fail("choose one audit sink: --db FILE (DuckDB) or --audit-dir DIR (JSON lines)")
+    _check_web_port(config.web_bind, config.web_port)
     if config.exactly_once:
         _check_transactions(config)
     from aiokafka.errors import KafkaConnectionError
@@ -184,6 +185,35 @@ def worker(
         fail(str(err))
     except KafkaConnectionError as err:
         fail(f"cannot reach the brokers at {config.broker}: {err}")
+
+
+def _check_web_port(bind: str, port: int) -> None:
+    """Fail in one line, before the broker is asked anything, when the views cannot listen at
+    `bind`:`port` (the web server would find it only after the topics and the agents started,
+    and end the worker with a traceback). Bound as aiohttp binds: with SO_REUSEADDR, so a port
+    left in TIME_WAIT by a worker that just stopped is not refused."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        fail(f"--web-bind: cannot resolve {bind}: {err.strerror}")
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as err:
+                why = {
+                    errno.EADDRINUSE: "is in use (another worker's views?)",
+                    errno.EACCES: "needs privileges this user lacks",
+                    errno.EADDRNOTAVAIL: "is not an address of this machine",
+                }.get(err.errno or 0, f"cannot be bound ({err.strerror or err})")
+                fail(
+                    f"--web-port: {bind}:{port} {why}: the worker serves its views and /metrics "
+                    "there; pass a free --web-port (or set web_port)"
+                )
 
 
 def _check_transactions(config: StreamConfig) -> None:
