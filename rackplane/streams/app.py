@@ -48,12 +48,13 @@ from rackplane.streams._append import (
 from rackplane.streams._deliveries import CatchUp, Holes, RecordReader
 from rackplane.streams._fatal import guarded
 from rackplane.streams._following import Follower, FollowerCatchUp
-from rackplane.streams.agents import Appender, Controller, GpuManager, PolicyRunner
+from rackplane.streams._latency import TimedAppender
+from rackplane.streams.agents import Controller, GpuManager, PolicyRunner
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
 from rackplane.streams.audit_agent import AuditAgent, audit_loop
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import STALL_S, EventLog
-from rackplane.streams.projection_agent import Projections
+from rackplane.streams.projection_agent import Metrics, Projections
 from rackplane.streams.replicas import Replicas, StoreCheckpoints
 from rackplane.streams.senders import FastSender, SharedProducer, sender_for
 from rackplane.streams.snapshots import SnapshotStore
@@ -179,11 +180,12 @@ def create_app(
         max_batch_size=config.max_event_bytes,
         idempotent=config.idempotent,
     )
+    metrics = Metrics()
     commands_out = sender_for(commands, shared, exactly_once=exactly_once)
-    rejected_out = sender_for(rejected, shared, exactly_once=exactly_once)
+    rejected_out = metrics.rejections(sender_for(rejected, shared, exactly_once=exactly_once))
     fence = Fence(stall_after=config.session_timeout / 2)
     controller_replicas = replica()
-    appender: Appender = (
+    appender = TimedAppender(
         TransactionalAppender(events)
         if exactly_once
         else EventAppender(
@@ -192,7 +194,8 @@ def create_app(
             controller_replicas.eventlog,
             max_batch_bytes=config.max_event_bytes,
             holds=lambda c: c in controller_replicas.states or c in controller_replicas.broken,
-        )
+        ),
+        metrics.latency.observe,
     )
     commands_topic = commands.get_topic_name()
     events_topic = events.get_topic_name()
@@ -242,7 +245,9 @@ def create_app(
     async def control(stream: Any) -> None:
         async def body() -> None:
             async for batch in stream.take_events(BATCH, within=WITHIN):
+                appender.arrived(batch)
                 await controller.process(batch)
+                appender.decided(batch)
 
         await guarded("controller", body)
 
@@ -272,7 +277,7 @@ def create_app(
             classifier or GpuHealthRules(),
             replica(),
             FastSender(shared, commands.get_topic_name()),  # outside Faust: not transactional
-            FastSender(shared, rejected.get_topic_name()),
+            metrics.rejections(FastSender(shared, rejected.get_topic_name())),
             topic=telemetry.get_topic_name(),
             limit=limit,
             sign=sign,
@@ -310,13 +315,20 @@ def create_app(
     # fence ticks from the start.
     app.add_dependency(_StartsWithApp(loops, fence))
 
+    projections: Projections | None = None
     if config.projections:
         occupancy = app.Table(
             "occupancy", default=None, partitions=config.partitions, use_partitioner=True
         )
         jobs = app.Table("jobs", default=None, partitions=config.partitions, use_partitioner=True)
         projections = Projections(
-            replica(), occupancy, jobs, rejected_out, topic=events.get_topic_name(), limit=limit
+            replica(),
+            occupancy,
+            jobs,
+            rejected_out,
+            topic=events.get_topic_name(),
+            limit=limit,
+            metrics=metrics,
         )
         projecting = follower("projections", projections.process, projections.replicas)
 
@@ -367,6 +379,10 @@ def create_app(
         fence.assign({tp.partition for tp in assigned if tp.topic == commands_topic})
         events_assigned.clear()
         events_assigned.update(tp.partition for tp in assigned if tp.topic == events_topic)
+        if projections is not None:
+            # The views and /metrics show every held cluster now, not at its next event.
+            projections.hold(events_assigned)
+            app.add_future(projections.show(set(events_assigned)))
 
         async def announce() -> None:
             # Ready means every consumer of the worker has its partitions, the telemetry

@@ -4,16 +4,22 @@ Tables are written inside stream iteration only, idempotent by seq (an event at 
 cluster's applied seq changes nothing): `occupancy[cluster]` holds the rack rows and the seq
 they reflect, `jobs["cluster/job"]` one row per unfinished job (deleted when it finishes).
 Reads (web views, `/metrics`) come from the agent's in-memory replica, which the tables mirror.
+After an assignment the worker loads the replicas of the partitions it holds at once (`hold`,
+`show`), so the views and `/metrics` show every held cluster, idle ones too, without waiting
+for an event, and drop the figures of clusters it no longer holds (`_metrics`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rackplane.models import Event, Rejection
@@ -24,12 +30,22 @@ from rackplane.projections import (
     rack_occupancy,
 )
 from rackplane.streams._inbound import decode
+from rackplane.streams._metrics import (
+    ClusterCollector,
+    CountingSender,
+    Figures,
+    LiveCounts,
+    figures_of,
+)
 from rackplane.streams.codec import decode_event
 from rackplane.streams.eventlog import opens_a_log
 from rackplane.streams.rejected import Sender, reject_all, rejection_of
 from rackplane.streams.replicas import Replicas
 
 log = logging.getLogger("rackplane.projections")
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Seconds: from a few ms (an idle controller) to the outage retries' range."""
 
 
 def job_row(state: ClusterState, job_id: str) -> dict[str, Any] | None:
@@ -68,54 +84,43 @@ def job_row(state: ClusterState, job_id: str) -> dict[str, Any] | None:
 
 
 class Metrics:
-    """Prometheus gauges of the clusters this worker projects."""
+    """Prometheus figures of the clusters this worker projects (see `_metrics`), with the
+    controller's counters and its command->event latency."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.nodes = Gauge(
-            "rackplane_nodes", "Nodes by role", ["cluster", "role"], registry=self.registry
+        self.figures: dict[str, Figures] = {}
+        self.counts: dict[str, LiveCounts] = {}
+        self.rejected_input: Counter[tuple[str, str, str]] = Counter()
+        self.registry.register(
+            ClusterCollector(lambda: self.figures, lambda: self.counts, self.rejected_input)
         )
-        self.jobs = Gauge(
-            "rackplane_jobs",
-            "Unfinished jobs by status",
-            ["cluster", "status"],
+        self.latency = Histogram(
+            "rackplane_command_latency_seconds",
+            "From a command's record timestamp to the append of its first event (controller)",
+            buckets=LATENCY_BUCKETS,
             registry=self.registry,
-        )
-        self.blocked = Gauge(
-            "rackplane_jobs_blocked",
-            "Queued jobs blocked, by reason",
-            ["cluster", "reason"],
-            registry=self.registry,
-        )
-        self.racks_full = Gauge(
-            "rackplane_racks_full",
-            "Racks with no free node above spares",
-            ["cluster"],
-            registry=self.registry,
-        )
-        self.seq = Gauge(
-            "rackplane_event_seq", "Last event applied", ["cluster"], registry=self.registry
         )
 
     def update(self, state: ClusterState, rows: list[RackOccupancy]) -> None:
-        c = state.cluster
-        s = cluster_summary(state, rows)
-        for role in ("allocated", "free", "spare", "failed", "unavailable"):
-            self.nodes.labels(c, role).set(getattr(s, role))
-        for status in ("queued", "placed", "running"):
-            self.jobs.labels(c, status).set(
-                sum(1 for j in state.jobs.values() if j.status.value == status)
-            )
-        for reason in ("capacity", "topology"):
-            self.blocked.labels(c, reason).set(
-                sum(
-                    1
-                    for j in state.jobs.values()
-                    if j.blocked is not None and j.blocked.reason == reason
-                )
-            )
-        self.racks_full.labels(c).set(s.racks_full)
-        self.seq.labels(c).set(state.seq)
+        """Show the cluster as of `state` (its rack rows: `rack_occupancy(state)`)."""
+        self.figures[state.cluster] = figures_of(state, rows)
+
+    def count(self, cluster: str, events: Sequence[Event]) -> None:
+        """Count events of `cluster` just applied from the stream."""
+        if events:
+            self.counts.setdefault(cluster, LiveCounts.empty()).add(events)
+
+    def keep(self, held: Callable[[str], bool]) -> None:
+        """Drop the figures and counts of every cluster `held` says this worker no longer
+        holds: its series leave `/metrics` rather than go stale."""
+        for table in (self.figures, self.counts):
+            for cluster in [c for c in table if not held(c)]:
+                del table[cluster]
+
+    def rejections(self, sender: Any) -> CountingSender:
+        """`sender` (to `rackplane.rejected`), counting what it sends."""
+        return CountingSender(sender, self.rejected_input)
 
     def watch(
         self, controller: ControllerCounters, followers: Sequence[FollowerCounters] = ()
@@ -220,6 +225,7 @@ class Projections:
         *,
         topic: str,
         limit: int,
+        metrics: Metrics | None = None,
     ) -> None:
         self.replicas = replicas
         self.occupancy = occupancy
@@ -227,10 +233,46 @@ class Projections:
         self.rejected = rejected
         self.topic = topic
         self.limit = limit
-        self.metrics = Metrics()
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.held: set[int] | None = None
+        """The events partitions this worker holds (None: not told yet)."""
+        self._lock = asyncio.Lock()
+
+    def hold(self, partitions: Iterable[int]) -> None:
+        """An assignment: the worker now holds these events partitions. What `/metrics`
+        shows of clusters elsewhere goes at once; `show` loads the held ones."""
+        self.held = set(partitions)
+        held = self.held
+        self.metrics.keep(lambda c: self.replicas.partition_of(c) in held)
+
+    async def show(self, partitions: Iterable[int]) -> None:
+        """Load the held `partitions` into the replicas now, so that the views and
+        `/metrics` show their clusters without waiting for their next event (an idle
+        cluster has none coming). Between batches: a load never races a fold."""
+        for p in sorted(set(partitions)):
+            async with self._lock:
+                if self.held is not None and p not in self.held:
+                    continue  # revoked meanwhile
+                try:
+                    await self.replicas.load(p)
+                except (KafkaError, OSError, TimeoutError) as err:
+                    # Shown at its next event instead, which loads it (as before a join).
+                    log.info("loading events partition %d for the views failed: %s", p, err)
+                    continue
+                if self.held is not None and p not in self.held:
+                    self.replicas.forget([p])  # revoked during the read
+                    continue
+                for c in sorted(self.replicas.members(p)):
+                    state = self.replicas.states.get(c)
+                    if state is not None and state.registered:
+                        self.metrics.update(state, rack_occupancy(state))
 
     async def process(self, batch: Sequence[Any]) -> None:
         """Apply the batch; rewrite the table rows it changed."""
+        async with self._lock:
+            await self._process(batch)
+
+    async def _process(self, batch: Sequence[Any]) -> None:
         by_cluster: dict[str, list[tuple[Event, Any]]] = {}
         rejections: list[Rejection] = []
         for ev in batch:
@@ -262,6 +304,7 @@ class Projections:
                 touched.add(getattr(e, "job", None))
                 touched.update(getattr(e, "victims", ()) or ())
                 fresh = True
+            self.metrics.count(cluster, applied)
             if known or state.seq > 0:  # no replica for a name that is no cluster
                 self.replicas.put(state)
             if fresh:

@@ -1,0 +1,120 @@
+"""The worker views and `/metrics` show every cluster the worker holds, idle ones too, right
+after a restart or a join, and nothing of the clusters it gave away (issue 20)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rackplane.models import JobPlaced
+from rackplane.streams.eventlog import partition_for
+from rackplane.streams.process import WorkerProcess
+from tests.conftest import BrokerUnderTest
+from tests.streams.conftest import Pipeline, new_cluster, start_pipeline
+from tests.streams.test_pipeline import submit
+
+pytestmark = pytest.mark.broker
+
+SHOWN_WITHIN_S = 30.0
+"""How long a view may take to show a held cluster after the worker is ready (before issue 20
+an idle cluster never appeared: no event came to load it)."""
+
+
+@pytest.fixture
+def own_pipeline(broker: BrokerUnderTest, tmp_path: Path) -> Iterator[Pipeline]:
+    p = start_pipeline(broker, tmp_path)
+    yield p  # a failed test does not raise here: the worker stops either way
+    p.worker.stop()
+
+
+def _get(worker: WorkerProcess, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}{path}", timeout=10) as r:
+        return bytes(r.read())
+
+
+def clusters_shown(worker: WorkerProcess) -> set[str]:
+    return {row["cluster"] for row in json.loads(_get(worker, "/clusters/"))}
+
+
+def metric_clusters(worker: WorkerProcess, name: str) -> dict[str, float]:
+    """Cluster -> value of `name`'s samples (summed over other labels) in the worker's
+    `/metrics`."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(_get(worker, "/metrics").decode()):
+        for s in family.samples:
+            if s.name == name and "cluster" in s.labels:
+                out[s.labels["cluster"]] = out.get(s.labels["cluster"], 0.0) + s.value
+    return out
+
+
+async def until(check: Callable[[], bool], what: str, worker: WorkerProcess) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SHOWN_WITHIN_S
+    while not await asyncio.to_thread(check):
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not within {SHOWN_WITHIN_S:.0f} s\n{worker.log_tail()}")
+        await asyncio.sleep(0.2)
+
+
+async def placed_cluster(p: Pipeline, partition: int | None = None) -> str:
+    """A registered cluster (on `partition` of the events topic, if given) with one job of 4
+    nodes placed, and nothing more coming."""
+    c = new_cluster()
+    while partition is not None and partition_for(c, p.config.partitions) != partition:
+        c = new_cluster()
+    await p.register(c)
+    await p.send(submit(p, c, "j1", 4))
+    await p.events(c, lambda es: any(isinstance(e, JobPlaced) for e in es))
+    return c
+
+
+async def test_a_restarted_worker_shows_an_idle_cluster_at_once(own_pipeline: Pipeline) -> None:
+    p = own_pipeline
+    c = await placed_cluster(p)
+    allocated = "rackplane_nodes"
+    await until(lambda: metric_clusters(p.worker, allocated).get(c, 0) > 0, "metrics", p.worker)
+    p.worker.stop()
+    await asyncio.to_thread(p.worker.start)
+    # Not one command since: the cluster is idle, no event will come to load it.
+    await until(lambda: c in clusters_shown(p.worker), "/clusters/ listing it", p.worker)
+    racks = json.loads(await asyncio.to_thread(_get, p.worker, f"/clusters/{c}/racks/"))
+    assert sum(r["allocated"] for r in racks) == 4
+    await until(
+        lambda: metric_clusters(p.worker, "rackplane_rack_nodes").get(c) == 24.0,
+        "its per-rack gauges (4 racks x 6 nodes, every role)",
+        p.worker,
+    )
+    frag = metric_clusters(p.worker, "rackplane_cluster_fragmentation_ratio")
+    assert c in frag and 0.0 <= frag[c] <= 1.0
+
+
+async def test_a_join_moves_a_clusters_figures_to_the_worker_that_took_it(
+    own_pipeline: Pipeline, tmp_path: Path
+) -> None:
+    p = own_pipeline  # 2 partitions: each worker holds one after the join
+    ours = {part: await placed_cluster(p, part) for part in range(p.config.partitions)}
+    for c in ours.values():
+        await until(lambda c=c: c in clusters_shown(p.worker), "the first worker's view", p.worker)
+    (tmp_path / "second").mkdir()
+    second = WorkerProcess(p.config, data_dir=tmp_path / "second")
+    try:
+        await asyncio.to_thread(second.start)
+
+        def split() -> bool:
+            a = set(metric_clusters(p.worker, "rackplane_nodes")) & set(ours.values())
+            b = set(metric_clusters(second, "rackplane_nodes")) & set(ours.values())
+            return len(a) == 1 and len(b) == 1 and a | b == set(ours.values())
+
+        await until(split, "each worker showing only the cluster it holds", second)
+        for w in (p.worker, second):
+            held = set(metric_clusters(w, "rackplane_nodes")) & set(ours.values())
+            await until(lambda w=w, held=held: clusters_shown(w) >= held, "the view", w)
+            assert set(metric_clusters(w, "rackplane_rack_nodes")) & set(ours.values()) == held
+    finally:
+        second.stop()
