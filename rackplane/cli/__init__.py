@@ -11,6 +11,7 @@ from rackplane.cli import (
     _history,
     _kube,
     _rack,
+    _read,
     _replay,
     _sim,
     _slurm,
@@ -37,6 +38,7 @@ app.command()(demo)
 _streams.register(app)
 _client.register(app)
 _rack.register(app)
+_read.register(app)
 _up.register(app)
 _sim.register(app)
 _exporter.register(app)

@@ -1,7 +1,10 @@
 """Commands to a running system: register, submit, cancel, cordon, uncordon, health.
 
-Each sends one command (with an actor) to the commands topic and prints the events it caused,
-by id; a rejection prints its reason and exits with status 1. Broker, prefix and actor come
+Each sends one command (with an actor) to the commands topic and prints the events it caused:
+those it caused directly and the chain the policies added (a submit's `JobPlaced`, a failure's
+`NodeSwapped`) until the cluster's log stays quiet of it (`--no-wait`: the direct ones only).
+A rejection prints its reason and exits with status 1. `submit --file` sends many jobs over one
+connection. Broker, prefix and actor come
 from the settings (flags > RACKPLANE_* > config file; docs/CONFIG.md).
 
 The actor defaults to `operator:$USER`. A user name outside the actor alphabet (ASCII letters,
@@ -62,6 +65,12 @@ Actor = Annotated[
 Prefix = Annotated[str | None, typer.Option(help="Topic prefix.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 Timeout = Annotated[float, typer.Option(help="Seconds to wait for the outcome.")]
+NoWait = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait", help="Print only the events the command caused directly, not the chain."
+    ),
+]
 
 C = TypeVar("C", bound=CommandEnvelope)
 
@@ -134,52 +143,65 @@ def _issue(
     actor: str | None,
     timeout: float,
     json_out: bool,
+    wait: bool = True,
     **fields: Any,
 ) -> None:
-    """Build a `kind` command from the settings' actor and `fields`, send it, print its events."""
+    """Build a `kind` command from the settings' actor and `fields`, send it, print its events
+    (with `wait`, the chain that followed too)."""
     s = _settings(config_file, broker, prefix, actor)
     command = _build(kind, id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=_actor(s), **fields)
-    _send(s, command, timeout, json_out)
+    _send(s, command, timeout, json_out, wait=wait)
 
 
-def _send(s: RackplaneSettings, command: Command, timeout: float, as_json: bool) -> None:
+def _send(
+    s: RackplaneSettings, command: Command, timeout: float, as_json: bool, *, wait: bool = True
+) -> None:
+    """Send one command, print its outcome; exit 1 if it was rejected."""
+    (events,) = _send_all(s, [command], timeout, wait=wait)
+    _show(command, events, as_json)
+    if any(isinstance(e, CommandRejected) for e in events):
+        raise SystemExit(1)
+
+
+def _send_all(
+    s: RackplaneSettings, commands: list[Command], timeout: float, *, wait: bool
+) -> list[list[Event]]:
+    """Send `commands` one after the other over one connection; their outcomes, in order."""
     from rackplane.streams.client import BrokerUnreachable, Client
 
     key = _key(s)
     if key is not None:
-        command = key.sign(command)
+        commands = [key.sign(c) for c in commands]
     config = s.stream_config()
     broker = s.broker
 
-    async def go() -> list[Event]:
+    async def go() -> list[list[Event]]:
         async with Client(config) as client:
-            return await client.outcome(command, timeout=timeout)
+            return [await client.outcome(c, timeout=timeout, follow=wait) for c in commands]
 
     try:
-        events = asyncio.run(go())
+        return asyncio.run(go())
     except TimeoutError as err:
         fail(f"{err}: is a worker running for {config.topic('commands')} on {broker}?")
     except BrokerUnreachable as err:
         fail(f"cannot reach {broker}: {err}")
     except Exception as err:  # a broker that cannot be reached, said plainly
         fail(f"cannot reach {broker}: {type(err).__name__}: {err}")
-    rejected = [e for e in events if isinstance(e, CommandRejected)]
+
+
+def _show(command: Command, events: list[Event], as_json: bool) -> None:
+    from rackplane.projections.timeline import describe
+
     if as_json:
         print_json({"command": command.id, "events": [e.model_dump(mode="json") for e in events]})
-    else:
-        t = Table(title=f"{command.type} {command.id}", title_justify="left", header_style="bold")
-        for col in ("event", "type", "what"):
-            t.add_column(col)
-        for e in events:
-            what = (
-                getattr(e, "reason", "")
-                or getattr(e, "explanation", "")
-                or str(getattr(e, "job", "") or getattr(e, "node", ""))
-            )
-            t.add_row(e.id, e.type, escape(what))  # a reason is data, not markup
-        console.print(t)
-    if rejected:
-        raise SystemExit(1)
+        return
+    t = Table(title=f"{command.type} {command.id}", title_justify="left", header_style="bold")
+    for col in ("event", "type", "by", "what"):
+        t.add_column(col)
+    for e in events:
+        # a reason is data, not markup
+        t.add_row(e.id, e.type, escape(e.actor), escape(describe(e)))
+    console.print(t)
 
 
 def register_topology(
@@ -192,6 +214,7 @@ def register_topology(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
     """Register (or grow) a cluster's topology and policy settings from a cluster file.
@@ -224,13 +247,21 @@ def register_topology(
         topology=cf.topology,
         settings=policy,
     )
-    _send(s, command, timeout, json_out)
+    _send(s, command, timeout, json_out, wait=not no_wait)
 
 
 def submit(
-    job: Annotated[str, typer.Option(help="Job id.")],
-    nodes: Annotated[int, typer.Option(help="Nodes.")],
     cluster: Cluster,
+    job: Annotated[str | None, typer.Option(help="Job id.")] = None,
+    nodes: Annotated[int | None, typer.Option(help="Nodes.")] = None,
+    jobs_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            help="A YAML list of jobs (JobSpec fields: id, nodes, slice_size, kind, priority, "
+            "checkpoint_interval, expected_duration, ...) to submit instead of --job/--nodes.",
+        ),
+    ] = None,
     broker: Broker = None,
     slice_size: Annotated[
         int | None, typer.Option(help="Nodes per slice (cluster default).")
@@ -240,6 +271,14 @@ def submit(
     ),
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
     checkpoint_minutes: Annotated[float | None, typer.Option(help="Checkpoint interval.")] = None,
+    expected_duration: Annotated[
+        float | None,
+        typer.Option(
+            "--expected-duration",
+            help="Minutes the job is expected to run (a short preemptible job may borrow "
+            "spares when the cluster allows it).",
+        ),
+    ] = None,
     min_nodes_per_slice: Annotated[int | None, typer.Option(help="Allow degraded running.")] = None,
     name: Annotated[str, typer.Option(help="A human name.")] = "",
     owner: Annotated[str | None, typer.Option(help="Owner (default: the actor).")] = None,
@@ -247,29 +286,110 @@ def submit(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
-    """Submit a job."""
+    """Submit a job (--job, --nodes), or every job of a YAML file (--file)."""
     s = _settings(config_file, broker, prefix, actor)
     who = _actor(s)
+    checked(ClusterId, cluster, "--cluster")
+    if jobs_file is not None:
+        if job is not None or nodes is not None:
+            fail("give either --file or --job and --nodes, not both")
+        specs = _jobs_of(jobs_file, who)
+    else:
+        if job is None or nodes is None:
+            fail("name the job: --job and --nodes (or --file with a list of jobs)")
+        try:
+            specs = [
+                JobSpec(
+                    id=job,
+                    name=name,
+                    owner=owner or who,
+                    nodes=nodes,
+                    slice_size=slice_size,
+                    kind=kind,
+                    priority=priority,
+                    checkpoint_interval=(
+                        timedelta(minutes=checkpoint_minutes) if checkpoint_minutes else None
+                    ),
+                    min_nodes_per_slice=min_nodes_per_slice,
+                    expected_duration=(
+                        timedelta(minutes=expected_duration)
+                        if expected_duration is not None
+                        else None
+                    ),
+                )
+            ]
+        except ValueError as err:
+            fail(message_of(err))
+    commands: list[Command] = [
+        _build(SubmitJob, id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=who, job=spec)
+        for spec in specs
+    ]
+    if jobs_file is None:
+        _send(s, commands[0], timeout, json_out, wait=not no_wait)
+        return
+    outcomes = _send_all(s, commands, timeout, wait=not no_wait)
+    _show_many(commands, outcomes, json_out)
+    if any(isinstance(e, CommandRejected) for events in outcomes for e in events):
+        raise SystemExit(1)
+
+
+def _jobs_of(path: Path, owner: str) -> list[JobSpec]:
+    """The jobs of a YAML file (a list, or a mapping with `jobs:`), each a `JobSpec` whose owner
+    defaults to the actor; any fault exits naming the file, the job and the field."""
+    import yaml
+
     try:
-        spec = JobSpec(
-            id=job,
-            name=name,
-            owner=owner or who,
-            nodes=nodes,
-            slice_size=slice_size,
-            kind=kind,
-            priority=priority,
-            checkpoint_interval=(
-                timedelta(minutes=checkpoint_minutes) if checkpoint_minutes else None
-            ),
-            min_nodes_per_slice=min_nodes_per_slice,
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        fail(f"{path}: cannot read it ({err.strerror or err})")
+    except yaml.YAMLError as err:
+        fail(f"{path}: not YAML: {str(err).splitlines()[0]}")
+    if isinstance(data, dict) and set(data) == {"jobs"}:
+        data = data["jobs"]
+    if not isinstance(data, list) or not data:
+        fail(f"{path}: expected a list of jobs (or `jobs:` holding one)")
+    specs: list[JobSpec] = []
+    seen: set[str] = set()
+    for n, item in enumerate(data, 1):
+        if not isinstance(item, dict):
+            fail(f"{path}: job {n}: expected a mapping of JobSpec fields, not {item!r}")
+        try:
+            spec = JobSpec.model_validate({"owner": owner, **item})
+        except ValidationError as err:
+            fail(f"{path}: job {n} ({item.get('id', 'no id')}): {message_of(err)}")
+        if spec.id in seen:
+            fail(f"{path}: job {n}: id {spec.id!r} is given twice")
+        seen.add(spec.id)
+        specs.append(spec)
+    return specs
+
+
+def _show_many(commands: list[Command], outcomes: list[list[Event]], as_json: bool) -> None:
+    from rackplane.projections.timeline import describe
+
+    if as_json:
+        print_json(
+            [
+                {"command": c.id, "events": [e.model_dump(mode="json") for e in events]}
+                for c, events in zip(commands, outcomes, strict=True)
+            ]
         )
-    except ValueError as err:
-        fail(message_of(err))
-    command = _build(SubmitJob, id=f"cli-{uuid.uuid4().hex}", cluster=cluster, actor=who, job=spec)
-    _send(s, command, timeout, json_out)
+        return
+    t = Table(title=f"{len(commands)} jobs submitted", title_justify="left", header_style="bold")
+    for col in ("job", "events", "outcome"):
+        t.add_column(col)
+    for c, events in zip(commands, outcomes, strict=True):
+        assert isinstance(c, SubmitJob)
+        last = events[-1] if events else None
+        t.add_row(
+            escape(c.job.id),
+            ", ".join(e.id.rsplit("/", 1)[-1] for e in events),
+            escape(describe(last)) if last else "-",
+        )
+    console.print(t)
 
 
 def cancel(
@@ -281,6 +401,7 @@ def cancel(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
     """Cancel a job."""
@@ -293,6 +414,7 @@ def cancel(
         actor=actor,
         timeout=timeout,
         json_out=json_out,
+        wait=not no_wait,
         job=job,
         reason=reason,
     )
@@ -307,6 +429,7 @@ def cordon(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
     """Keep new work off a node."""
@@ -319,6 +442,7 @@ def cordon(
         actor=actor,
         timeout=timeout,
         json_out=json_out,
+        wait=not no_wait,
         node=node,
         reason=reason,
     )
@@ -332,6 +456,7 @@ def uncordon(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
     """Let a cordoned node take work again."""
@@ -344,6 +469,7 @@ def uncordon(
         actor=actor,
         timeout=timeout,
         json_out=json_out,
+        wait=not no_wait,
         node=node,
     )
 
@@ -358,6 +484,7 @@ def health(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
     """Report a node's health (as an operator)."""
@@ -370,6 +497,7 @@ def health(
         actor=actor,
         timeout=timeout,
         json_out=json_out,
+        wait=not no_wait,
         node=node,
         health=state,
         cause=cause,
@@ -385,6 +513,7 @@ def repair(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
     """Return a failed node to service after a repair (a health report cannot)."""
@@ -397,6 +526,7 @@ def repair(
         actor=actor,
         timeout=timeout,
         json_out=json_out,
+        wait=not no_wait,
         node=node,
         note=note,
     )
@@ -411,6 +541,7 @@ def allow_interactive(
     actor: Actor = None,
     timeout: Timeout = 30.0,
     json_out: Json = False,
+    no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
     """Let Auto Defrag preempt interactive jobs (admin only), or stop it with --off."""
@@ -427,7 +558,7 @@ def allow_interactive(
         settings=wanted,
         reason=reason,
     )
-    _send(s, command, timeout, json_out)
+    _send(s, command, timeout, json_out, wait=not no_wait)
 
 
 def _current_policy(s: RackplaneSettings, cluster: str, timeout: float) -> PolicySettings:

@@ -63,3 +63,21 @@ class PartitionReader:
                 raise TimeoutError(
                     f"reading {self.topic}[{p}] {lo}..{hi} took over {self.timeout} s"
                 )
+
+
+async def highwater(consumer: AIOKafkaConsumer, topic: str, p: int, timeout: float) -> int:
+    """The end of `topic[p]` now: the high watermark of one fetch. ListOffsets is not asked
+    (Tansu answers it wrongly after multi-record batches); a fetch's high watermark is right
+    on both brokers. For readers that may not write the marker records of eventlog.py."""
+    tp = TopicPartition(topic, p)
+    consumer.assign([tp])
+    await consumer.seek_to_beginning(tp)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        await consumer.getmany(tp, timeout_ms=200, max_records=1)
+        end: Any = consumer.highwater(tp)
+        if end is not None:
+            return int(end)
+        if loop.time() > deadline:
+            raise TimeoutError(f"{topic}[{p}] gave no fetch answer within {timeout:.0f} s")

@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
@@ -22,14 +22,21 @@ from rackplane.logtrust import Judge, LogTrust
 from rackplane.models import REJECTIONS, TELEMETRY, Command, Event, NodeTelemetry, Rejection
 from rackplane.streams.codec import decode_event, encode_command
 from rackplane.streams.config import StreamConfig
-from rackplane.streams.eventlog import is_marker
+from rackplane.streams.eventlog import is_marker, partition_for
 from rackplane.streams.topics import TOPICS, ensure_topics
 
 __all__ = ["TOPICS", "BrokerUnreachable", "Client", "ensure_topics"]
 
-CONNECT_TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = 8.0
 """How long the client waits for the brokers' first answer (a listener that accepts the
-connection and says nothing would otherwise hold it for aiokafka's 40-s request timeout)."""
+connection and says nothing would otherwise hold it for aiokafka's 40-s request timeout):
+a dead broker is reported within 10 s."""
+DIRECT_QUIET_S = 0.05
+"""How long the direct outcome waits for more of its events after the last one came."""
+SETTLE_S = 0.5
+"""How long a command's chain of events must stay quiet before its outcome is complete: a
+policy's reaction to an event (fetch, batch window, decision, the controller's append) takes
+~0.1-0.3 s on an idle embedded broker."""
 
 
 class BrokerUnreachable(KafkaConnectionError):  # type: ignore[misc]  # aiokafka is untyped
@@ -155,30 +162,102 @@ class Client:
         finally:
             await consumer.stop()
 
-    async def outcome(self, command: Command, *, timeout: float = 30.0) -> list[Event]:
-        """Send `command` and return the events it caused directly (its `causation_id`)."""
-        consumer = self.reader("events", from_start=False)
-        await consumer.start()
+    async def outcome(
+        self,
+        command: Command,
+        *,
+        timeout: float = 30.0,
+        follow: bool = False,
+        settle: float = SETTLE_S,
+    ) -> list[Event]:
+        """Send `command` and return the events it caused.
+
+        Without `follow`, the events it caused directly (its `causation_id`). With `follow`,
+        also the chain that came of them: the events of the policies' commands proposed on a
+        state one of those events ended (a proposal's id is `<policy>:<seq>:<n>`), and so on,
+        until the cluster's log has stayed quiet of the chain for `settle` seconds. On a busy
+        cluster a policy may propose after an unrelated event came in between: that proposal
+        is not tied to the command, and its events are not shown.
+
+        Raises:
+            TimeoutError: no event of the command within `timeout` seconds.
+        """
+        consumer = await self.reader_of(command.cluster)
         try:
-            await asyncio.sleep(0)  # position the consumer at the end before sending
             await consumer.seek_to_end()
             await self.send(command)
-            return await _collect(consumer, command.id, timeout, self.trusted)
+            chain = _Chain(command, follow)
+            return await _collect(consumer, chain, timeout, settle, self.trusted)
         finally:
             await consumer.stop()
+
+    async def reader_of(self, cluster: str) -> AIOKafkaConsumer:
+        """A started group-less consumer of the one events partition `cluster`'s log is on
+        (stop it yourself)."""
+        consumer = AIOKafkaConsumer(
+            **self.config.kafka_options(),
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=self.config.fetch_wait_ms,
+            isolation_level="read_committed" if self.config.exactly_once else "read_uncommitted",
+        )
+        topic = self.config.topic("events")
+        await consumer.start()
+        try:
+            parts = await self.producer.partitions_for(topic)
+            consumer.assign([TopicPartition(topic, partition_for(cluster, len(parts)))])
+        except BaseException:
+            await consumer.stop()
+            raise
+        return consumer
+
+
+class _Chain:
+    """Which events belong to a command's outcome (see `Client.outcome`)."""
+
+    def __init__(self, command: Command, follow: bool) -> None:
+        self.cluster = command.cluster
+        self.command_id = command.id
+        self.causes = {command.id}
+        self.seqs: set[int] = set()
+        self.follow = follow
+
+    def takes(self, event: Event) -> bool:
+        if event.cluster != self.cluster or event.causation_id is None:
+            return False
+        cause = event.causation_id
+        if cause in self.causes or (self.follow and _proposed_at(cause) in self.seqs):
+            self.causes.add(cause)
+            self.seqs.add(event.seq)
+            return True
+        return False
+
+
+def _proposed_at(command_id: str) -> int | None:
+    """The seq a policy's proposal was made on (`<policy>:<seq>:<n>`), else None."""
+    parts = command_id.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1])
 
 
 async def _collect(
     consumer: AIOKafkaConsumer,
-    cause: str,
+    chain: _Chain,
     timeout: float,
+    settle: float,
     trusted: Callable[[Any, Event], bool] = lambda r, e: True,
 ) -> list[Event]:
     deadline = time.monotonic() + timeout
     found: list[Event] = []
+    # The events a command causes directly are appended together: a short quiet after them
+    # ends the direct outcome.
+    quiet = settle if chain.follow else DIRECT_QUIET_S
     quiet_after: float | None = None
     while time.monotonic() < deadline:
-        batch = await consumer.getmany(timeout_ms=200)
+        wait = 200 if quiet_after is None else max(10, int((quiet_after - time.monotonic()) * 1000))
+        batch = await consumer.getmany(timeout_ms=min(wait, 200))
+        got = False
         for records in batch.values():
             for record in records:
                 if is_marker(record.headers) or not record.value:
@@ -187,11 +266,13 @@ async def _collect(
                     event = decode_event(record.value)
                 except ValidationError:
                     continue
-                if event.causation_id == cause and trusted(record, event):
+                if trusted(record, event) and chain.takes(event):
                     found.append(event)
-                    quiet_after = time.monotonic() + 0.3
-        if quiet_after is not None and time.monotonic() > quiet_after:
+                    got = True
+        if got:
+            quiet_after = time.monotonic() + quiet
+        elif quiet_after is not None and time.monotonic() >= quiet_after:
             return found
     if not found:
-        raise TimeoutError(f"no event for command {cause} within {timeout:.0f} s")
+        raise TimeoutError(f"no event for command {chain.command_id} within {timeout:.0f} s")
     return found

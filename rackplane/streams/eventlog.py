@@ -273,6 +273,24 @@ class EventLog:
             return Rebuilt(self.initial(cluster), [], read.skipped)
         return Rebuilt(found.state, found.events, read.skipped)
 
+    async def read_range(
+        self,
+        partition: int,
+        *,
+        start: int,
+        end: int,
+        states: dict[str, ClusterState] | None = None,
+        stall: float = STALL_S,
+        signed: bool = False,
+        keep: int | None = EVENTS_KEPT,
+    ) -> PartitionLog:
+        """Fold every cluster of `partition` from `start` up to `end` (exclusive) without
+        writing anything: the caller knows the end (a fetch's high watermark, as the read
+        commands take it: `rackplane.streams.live`). `keep`: events per cluster handed back
+        (the newest; None: all). Arguments and errors as `rebuild_partition`'s."""
+        async with self._lock:
+            return await self._read(partition, start, end, dict(states or {}), stall, signed, keep)
+
     def reader(self) -> AIOKafkaConsumer:
         """A consumer without a group for reading the log (not started)."""
         return AIOKafkaConsumer(
@@ -318,10 +336,11 @@ class EventLog:
         states: dict[str, ClusterState],
         stall: float,
         signed: bool = False,
+        keep: int | None = EVENTS_KEPT,
     ) -> PartitionLog:
         tp = TopicPartition(self.topic, partition)
         where = f"{self.topic}[{partition}]"
-        reading = _Reading(partition, where, states, self.initial, self.trust, signed)
+        reading = _Reading(partition, where, states, self.initial, self.trust, signed, keep)
         if start >= end:
             return reading.finish(end)
         consumer = self.reader()
@@ -385,8 +404,10 @@ class _Reading:
         initial: Initial,
         trust: LogTrust | None = None,
         signed: bool = False,
+        keep: int | None = EVENTS_KEPT,
     ) -> None:
         self.partition = partition
+        self.keep = keep
         self.trust = trust
         self.signed = signed
         self.forged = 0
@@ -484,8 +505,8 @@ class _Reading:
                 self._fold_each(found, events, offsets[cluster])
                 continue
             found.events.extend(events)
-            if len(found.events) > 2 * EVENTS_KEPT:
-                del found.events[:-EVENTS_KEPT]
+            if self.keep is not None and len(found.events) > 2 * self.keep:
+                del found.events[: -self.keep]
             found.last_offset = offsets[cluster][-1]
 
     def _fold_each(self, found: ClusterLog, events: list[Event], offsets: list[int]) -> None:
@@ -502,8 +523,9 @@ class _Reading:
 
     def finish(self, end: int) -> PartitionLog:
         self._fold()
-        for found in self.logs.values():
-            del found.events[:-EVENTS_KEPT]
+        if self.keep is not None:
+            for found in self.logs.values():
+                del found.events[: -self.keep]
         return PartitionLog(
             self.partition, end, self.logs, self.broken, self.skipped, self.forged, self.signed
         )

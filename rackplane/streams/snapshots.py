@@ -65,7 +65,7 @@ from rackplane.logtrust import LogTrust, checkpoint_payload
 from rackplane.models import Signature
 from rackplane.projections import ClusterState
 from rackplane.projections.snapshot import SnapshotError, decode_state, encode_state
-from rackplane.streams._partition_reader import PartitionReader
+from rackplane.streams._partition_reader import PartitionReader, highwater
 from rackplane.streams._snapshot_records import (
     CHECKPOINT_PREFIX,
     CHUNK_PREFIX,
@@ -208,6 +208,7 @@ class SnapshotStore:
         timeout: float = 60.0,
         sign: Callable[[bytes], Signature] | None = None,
         trust: LogTrust | None = None,
+        read_only: bool = False,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
@@ -217,6 +218,9 @@ class SnapshotStore:
         timeout: seconds a read of the topic may take before it raises TimeoutError.
         sign: signs each checkpoint record's payload (`KeyFile.signature`; None: unsigned).
         trust: the keys a checkpoint record must be signed by to be loaded (None: any).
+        read_only: load only, and write nothing, not even the marker that finds the end (a
+            fetch's high watermark does, `_partition_reader.highwater`): for readers whose
+            credentials may not write the topic (the read commands).
         """
         if max_message_bytes < MIN_MESSAGE_BYTES:
             raise ValueError(f"max_message_bytes must be at least {MIN_MESSAGE_BYTES}")
@@ -227,14 +231,15 @@ class SnapshotStore:
         self.timeout = timeout
         self.sign = sign
         self.trust = trust
+        self.read_only = read_only
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._heads: dict[int, Head] = {}
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        """Open the producer and the reader."""
-        if self._producer is None:
+        """Open the producer (unless read-only) and the reader."""
+        if self._producer is None and not self.read_only:
             producer = AIOKafkaProducer(
                 **self.kafka,
                 acks="all",
@@ -278,6 +283,8 @@ class SnapshotStore:
                 fit in one message (too many clusters in one partition).
         """
         _check(checkpoint)
+        if self.read_only:
+            raise ValueError("a read-only snapshot store saves nothing")
         async with self._lock:
             await self.start()
             p = checkpoint.partition
@@ -380,7 +387,11 @@ class SnapshotStore:
 
     async def _scan(self, p: int) -> Scan:
         """Find the newest checkpoint record (and the one it names as its previous)."""
-        end = await self._mark(p)
+        if self.read_only:
+            assert self._consumer is not None
+            end = await highwater(self._consumer, self.topic, p, self.timeout)
+        else:
+            end = await self._mark(p)
         prefix = CHECKPOINT_PREFIX + f"{p}/".encode()
         above: list[tuple[int, SnapshotId]] = []  # chunks after the newest checkpoint
         read: dict[int, Any] = {}

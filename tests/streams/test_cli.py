@@ -51,9 +51,10 @@ def test_an_operator_registers_submits_cordons_and_reports_from_the_command_line
         "alice",
     )
     assert code == 0, out
-    (event,) = out["events"]  # type: ignore[index]
+    event, placed = out["events"]  # type: ignore[index]  # the placement that followed too
     assert event["type"] == "JobSubmitted" and event["actor"] == "alice"
     assert event["id"] == f"{c}/2"
+    assert placed["type"] == "JobPlaced" and placed["actor"] == "policy:tas"
 
     code, out = run(pipeline, "cordon", "--cluster", c, "--node", "r3-n0", "--reason", "fan")
     assert code == 0
