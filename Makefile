@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
 
-.PHONY: up demo test test-kafka test-acl test-k8s test-slurm test-faults lint bench bench-kafka bench-k8s bench-slurm clean kcat
+.PHONY: up demo test test-kafka test-acl test-k8s test-slurm test-rules test-faults lint bench bench-kafka bench-k8s bench-slurm clean kcat
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rackplane needs Python >= 3.11 (set PYTHON=...)")'
@@ -57,6 +57,11 @@ test-k8s: $(VENV)/.dev
 ## from Debian's packages unpacked into ~/.cache/rackplane (apt-get download, no install), on 127.0.0.1
 test-slurm: $(VENV)/.dev
 	$(BIN)/python scripts/slurm/slurm_cluster.py run --job-submit-lua deploy/slurm/job_submit.lua -- $(BIN)/pytest -m slurm tests/slurm
+
+## test-rules: the Prometheus alerting rules (deploy/prometheus) checked and unit-tested by promtool, built
+## from the Go module proxy (cached under ~/.cache/rackplane, keyed by version; ~10-15 min cold)
+test-rules:
+	$(PYTHON) scripts/prometheus/promtool.py test
 
 ## test-faults: the fault suite (issue 15): brokers killed and paused, workers crashed, bad
 ## input; on Apache Kafka 4.x (the suite starts its own) and on the embedded broker where a

@@ -13,7 +13,7 @@ Theory of operation
    changes by node (a flapping node). Events are applied once per replica (by seq), so a
    count never drifts with redeliveries; the counts of a cluster start at zero when the
    worker takes its partition (a start, a join, a rebalance) and go with it, which
-   Prometheus reads as a counter reset.
+   Prometheus reads as a counter reset. Every node has a health-change series from zero.
 3. Rejected input (`rackplane.rejected`) is counted where the worker sends it
    (`CountingSender`), by agent, source topic and a bounded reason class (`reason_class`):
    the reasons themselves name clusters and offsets, which would make a series per record.
@@ -80,6 +80,9 @@ class Figures:
     cluster_fragmentation: float
     waiting: tuple[tuple[str, str, float, int], ...]
     """Blocked queued jobs: (job, reason, blocked since as Unix time, nodes asked for)."""
+    node_ids: tuple[str, ...] = ()
+    """Every node: each has a health-change counter from zero, so that `increase()` counts
+    a node's first change too (a series that appears at 1 hides it)."""
 
 
 def figures_of(state: ClusterState, rows: Sequence[RackOccupancy]) -> Figures:
@@ -108,6 +111,7 @@ def figures_of(state: ClusterState, rows: Sequence[RackOccupancy]) -> Figures:
         pods={pod: fragmentation(frees, size) for pod, frees in by_pod.items()},
         cluster_fragmentation=fragmentation((r.free for r in rows), size)[0],
         waiting=waiting,
+        node_ids=tuple(state.nodes),
     )
 
 
@@ -206,7 +210,7 @@ class ClusterCollector:
         yield from _cluster_gauges(shown)
         yield from _rack_gauges(shown)
         yield from _waiting_gauges(shown)
-        yield from _counters(sorted(self.counts().items()))
+        yield from _counters(shown, self.counts())
         rejected = CounterMetricFamily(
             "rackplane_rejected_input",
             "Records this worker sent to rackplane.rejected, by agent, source topic and reason "
@@ -288,7 +292,7 @@ def _waiting_gauges(shown: list[tuple[str, Figures]]) -> Iterator[Metric]:
     yield from (since, nodes)
 
 
-def _counters(counted: list[tuple[str, LiveCounts]]) -> Iterator[Metric]:
+def _counters(shown: list[tuple[str, Figures]], counted: dict[str, LiveCounts]) -> Iterator[Metric]:
     events = CounterMetricFamily(
         "rackplane_events",
         "Events (decisions) applied by this worker's projections since it took the cluster, "
@@ -305,11 +309,13 @@ def _counters(counted: list[tuple[str, LiveCounts]]) -> Iterator[Metric]:
         "Health changes of a node (failed, degraded, recovered, repaired)",
         labels=["cluster", "node"],
     )
-    for c, counts in counted:
+    none = LiveCounts.empty()
+    for c, f in shown:
+        counts = counted.get(c, none)
         for kind, n in sorted(counts.events.items()):
             events.add_metric([c, kind], n)
         for (code, command), n in sorted(counts.rejected.items()):
             rejected.add_metric([c, code, command], n)
-        for node, n in sorted(counts.health.items()):
-            health.add_metric([c, node], n)
+        for node in f.node_ids:
+            health.add_metric([c, node], counts.health.get(node, 0))
     yield from (events, rejected, health)

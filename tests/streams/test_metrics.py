@@ -8,8 +8,10 @@ The cluster of these tests (4 racks x 6 nodes, 2 pods, 1 spare per rack, slices 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -212,9 +214,9 @@ async def test_events_rejections_and_health_changes_are_counted_as_they_arrive()
         }
     rejected = series(p, "rackplane_commands_rejected_total", cluster=c)
     assert rejected == {(("cluster", c), ("code", "duplicate_job"), ("command", "SubmitJob")): 1.0}
-    assert series(p, "rackplane_node_health_changes_total", cluster=c) == {
-        (("cluster", c), ("node", "r3-n1")): 1.0
-    }
+    health = series(p, "rackplane_node_health_changes_total", cluster=c)
+    assert len(health) == 24  # every node, from zero
+    assert {dict(k)["node"]: v for k, v in health.items() if v} == {"r3-n1": 1.0}
     # a redelivery of the whole log changes no count
     before = samples(p)
     p2 = story.log.records[partition_for(c, PARTITIONS)]
@@ -393,3 +395,27 @@ async def test_a_load_the_broker_refuses_leaves_the_cluster_to_its_next_event() 
     p.replicas.load = load  # type: ignore[method-assign]
     await p.process(story.messages())
     assert [row["cluster"] for row in p.clusters()] == [c]
+
+
+async def test_the_alerting_rules_use_only_metrics_a_worker_shows() -> None:
+    log = MemoryLog()
+    c = cluster_on(0)
+    story = Story(c, log)
+    p = projections(log)
+    p.hold({0, 1})
+    await p.show({0, 1})
+    story.register()
+    story.submit("a", 4)
+    story.submit("big", 20)  # waits: 5 slices of 4, 16 nodes free beyond spares
+    story.fail("r0-n0")
+    await p.process(story.messages())
+    garbage = SimpleNamespace(
+        message=SimpleNamespace(key=c.encode(), value=b"{", partition=0, offset=99, headers=[])
+    )
+    await p.process([garbage])  # rejected input
+    shown = {name for name, _ in samples(p)}
+    rules = (
+        Path(__file__).parents[2] / "deploy" / "prometheus" / "rackplane-rules.yml"
+    ).read_text()
+    used = set(re.findall(r"\brackplane_[a-z_]+", rules))
+    assert used and used <= shown, used - shown
