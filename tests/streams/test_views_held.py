@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rackplane.models import JobPlaced
+from rackplane.models import CordonNode, JobPlaced
 from rackplane.streams.eventlog import partition_for
 from rackplane.streams.process import WorkerProcess
 from tests.conftest import BrokerUnderTest
@@ -53,6 +53,18 @@ def metric_clusters(worker: WorkerProcess, name: str) -> dict[str, float]:
     return out
 
 
+def cordoned(worker: WorkerProcess, cluster: str) -> float | None:
+    """The worker's `rackplane_events_total` of the cluster's `NodeCordoned` events."""
+    for family in text_string_to_metric_families(_get(worker, "/metrics").decode()):
+        for s in family.samples:
+            if s.name == "rackplane_events_total" and s.labels == {
+                "cluster": cluster,
+                "type": "NodeCordoned",
+            }:
+                return float(s.value)
+    return None
+
+
 async def until(check: Callable[[], bool], what: str, worker: WorkerProcess) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SHOWN_WITHIN_S
@@ -79,6 +91,17 @@ async def test_a_restarted_worker_shows_an_idle_cluster_at_once(own_pipeline: Pi
     c = await placed_cluster(p)
     allocated = "rackplane_nodes"
     await until(lambda: metric_clusters(p.worker, allocated).get(c, 0) > 0, "metrics", p.worker)
+    # a decision made while the worker holds the cluster is counted, and its latency observed
+    cordon = CordonNode(id=p.command_id("cordon"), cluster=c, actor="operator:t", node="r3-n5")
+    await p.send(cordon)
+    await until(lambda: cordoned(p.worker, c) == 1.0, "NodeCordoned counted", p.worker)
+    text = (await asyncio.to_thread(_get, p.worker, "/metrics")).decode()
+    latency = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("rackplane_command_latency_seconds_count")
+    )
+    assert float(latency.split()[-1]) >= 3  # the registration, the submission, the cordon
     p.worker.stop()
     await asyncio.to_thread(p.worker.start)
     # Not one command since: the cluster is idle, no event will come to load it.
