@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from rackplane.engine import Engine
 from rackplane.models import (
+    CordonNode,
     Event,
     Health,
     JobPlaced,
@@ -32,7 +33,7 @@ from rackplane.models import (
 from rackplane.policies import TopologyAwareScheduler
 from rackplane.projections import rack_occupancy
 from rackplane.streams._latency import TimedAppender
-from rackplane.streams._metrics import fragmentation, reason_class
+from rackplane.streams._metrics import CountingSender, fragmentation, reason_class
 from rackplane.streams.codec import encode_event
 from rackplane.streams.eventlog import partition_for
 from rackplane.streams.projection_agent import Metrics, Projections
@@ -419,3 +420,23 @@ async def test_the_alerting_rules_use_only_metrics_a_worker_shows() -> None:
     ).read_text()
     used = set(re.findall(r"\brackplane_[a-z_]+", rules))
     assert used and used <= shown, used - shown
+
+
+async def test_the_controllers_refusals_fall_in_their_classes() -> None:
+    r = rig()
+    counts: Counter[tuple[str, str, str]] = Counter()
+    r.controller.rejected = CountingSender(r.rejected, counts)
+    c = cluster_on(0)
+    await r.send(
+        r.message(register(c), key=b"someone-else"),
+        r.message(register(c), partition=1),
+        r.message(register(c)),
+    )
+    ghost = CordonNode(id="x-1", cluster=cluster_on(0, 1), actor="operator:t", node="r0-n0")
+    await r.send(r.message(ghost))  # a cluster never registered
+    topic = "t.commands"
+    assert counts == {
+        ("controller", topic, "wrong_key"): 1,
+        ("controller", topic, "wrong_partition"): 1,
+        ("controller", topic, "unknown_cluster"): 1,
+    }
