@@ -62,7 +62,7 @@ def fragmentation(free: Iterable[int], slice_size: int) -> tuple[float, int]:
     frees = list(free)
     total = sum(frees)
     slices = sum(f // slice_size for f in frees)
-    return (0.0 if total == 0 else 1.0 - slices * slice_size / total), slices
+    return (0.0 if total == 0 else (total - slices * slice_size) / total), slices
 
 
 @dataclass(frozen=True, slots=True)
