@@ -12,6 +12,7 @@ from rackplane.cli import (
     _kube,
     _rack,
     _read,
+    _recorder,
     _replay,
     _sim,
     _slurm,
@@ -39,6 +40,7 @@ _streams.register(app)
 _client.register(app)
 _rack.register(app)
 _read.register(app)
+_recorder.register(app)
 _up.register(app)
 _sim.register(app)
 _exporter.register(app)

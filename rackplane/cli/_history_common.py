@@ -55,6 +55,8 @@ def history(db: Path | None) -> Iterator[HistoryReader]:
         reader = open_history(db)
     except HistoryError as err:
         fail(str(err))
+    if reader.note:
+        errors.print(f"[yellow]note:[/] {reader.note}", highlight=False, soft_wrap=True)
     try:
         yield reader
     except HistoryError as err:

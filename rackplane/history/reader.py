@@ -8,7 +8,7 @@ runs on either. Messages come back typed (the pydantic models), decoded from `pa
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
@@ -17,6 +17,7 @@ import duckdb
 from rackplane._gc import cycle_collection_paused
 from rackplane.history._schema import TABLES, TYPED_CHECK, parsed
 from rackplane.history.errors import HistoryError, HistoryGap
+from rackplane.history.sink import reading_copy
 from rackplane.models import COMMANDS, EVENTS, REJECTIONS, Command, Event, Rejection
 
 _NOT_HISTORY = "is neither a rackplane DuckDB history nor a Parquet export directory"
@@ -41,12 +42,21 @@ def open_history(path: str | Path) -> HistoryReader:
         con = duckdb.connect(str(p), read_only=True)
     except duckdb.Error as err:
         text = str(err)
-        if "lock" in text.lower():
+        if "lock" not in text.lower():
+            raise HistoryError(f"{p} {_NOT_HISTORY}: {text}") from err
+        copy = reading_copy(p)
+        if not copy.exists():
             raise HistoryError(
-                f"{p} is held by a writer (a running worker?); read an export "
-                f"(`rackplane history export`) or stop the writer: {text}"
+                f"{p} is held by a writer (a recorder or a worker) that has published no "
+                f"reading copy ({copy.name}) yet; try again in a few seconds, or stop the "
+                "writer"
             ) from err
-        raise HistoryError(f"{p} {_NOT_HISTORY}: {text}") from err
+        reader = open_history(copy)
+        at = datetime.fromtimestamp(copy.stat().st_mtime, UTC)
+        reader.note = (
+            f"{p} is being recorded: reading its copy of {at:%Y-%m-%d %H:%M:%S} UTC ({copy.name})"
+        )
+        return reader
     have = {
         r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
     }
@@ -84,6 +94,8 @@ class HistoryReader:
     def __init__(self, con: duckdb.DuckDBPyConnection, path: Path) -> None:
         self.con = con
         self.path = path
+        self.note = ""
+        """Set when what is read is not the file asked for (its writer's reading copy)."""
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:

@@ -18,12 +18,21 @@ Theory of operation:
    again (DuckDB replays the WAL), now or, if that fails too, at the next write.
 4. `close` writes what is buffered, checkpoints and releases the file; on a failing disk the
    checkpoint fails and the committed rows stay in the WAL, which the next open replays.
+5. Reading while it records. DuckDB lets one process hold a file, and a reader in another
+   process cannot open it even read-only. So the writer publishes a *reading copy* now and
+   then (`publish`: the whole database copied into `reading_copy(path)` in one transaction's
+   view, written beside it under a temporary name and renamed over the old copy, so a reader
+   never sees half of one); `open_history` reads that copy when the file itself is held, and
+   says as of when. The copy costs a full write of the database: the audit publishes at most
+   every few seconds and never more often than ten times the last copy's duration.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +48,15 @@ from rackplane.history.errors import HistoryError
 from rackplane.models import Command, Event, Rejection
 
 DEFAULT_DB = "rackplane.duckdb"
+READING_SUFFIX = ".reading"
+"""The reading copy of a history file `F` is `F.reading` (see `publish`)."""
+
+
+def reading_copy(path: str | Path) -> Path:
+    """Where the writer of `path` publishes the copy other processes read while it records."""
+    p = Path(path)
+    return p.with_name(p.name + READING_SUFFIX)
+
 
 log = logging.getLogger("rackplane.history")
 
@@ -187,6 +205,35 @@ class DuckDBAuditSink:
             raise HistoryError(
                 f"{self.path}: {len(self._buffer)} buffered event(s) not written: {lost}"
             ) from lost
+
+    def publish(self) -> float:
+        """Copy the stored history into `reading_copy(self.path)` (step 5); returns the
+        seconds the copy took.
+
+        Raises:
+            HistoryError: the copy could not be written (the old copy, if any, stays).
+        """
+        if self._closed or self.con is None:
+            raise HistoryError(f"{self.path}: the history sink is closed")
+        target = reading_copy(self.path)
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        started = time.monotonic()
+        con = self.con
+        tmp.unlink(missing_ok=True)
+        try:
+            (name,) = con.execute("SELECT current_database()").fetchone() or ("",)
+            con.execute("ATTACH ? AS rackplane_reading", [str(tmp)])
+            try:
+                con.execute(f'COPY FROM DATABASE "{name}" TO rackplane_reading')
+            finally:
+                con.execute("DETACH rackplane_reading")
+            os.replace(tmp, target)
+        except (duckdb.Error, OSError) as err:
+            tmp.unlink(missing_ok=True)
+            raise HistoryError(
+                f"cannot publish a reading copy of {self.path}: {_one_line(err)}"
+            ) from err
+        return time.monotonic() - started
 
     # -- for the in-process engine -------------------------------------------------------------
 

@@ -63,6 +63,9 @@ REPORT_EVERY = 60.0
 """Seconds between the WARNING lines of a write that keeps failing."""
 STOP_POLL = 0.25
 """Seconds between two looks at whether the worker stops, during a retry's wait."""
+PUBLISH_EVERY = 5.0
+"""Seconds between two reading copies of the history (`DuckDBAuditSink.publish`), at least;
+never more often than ten times the last copy's duration (a large history copies slowly)."""
 
 
 class AuditAgent:
@@ -243,10 +246,14 @@ class AuditLoop:
         last_seqs: dict[str, int] | None,
         trust: LogTrust | None = None,
         writer: ThreadPoolExecutor | None = None,
+        publish: Callable[[], float] | None = None,
     ) -> None:
         """Args:
         kafka: connection options (`StreamConfig.kafka_options()`).
         group: the consumer group (`audit_group`).
+        publish: writes the history's reading copy and returns the seconds it took
+            (`DuckDBAuditSink.publish`), run in `writer` after new rows are stored, at most
+            every `PUBLISH_EVERY` seconds; None: the sink has none.
         agents: topic name -> the agent that records it.
         events_topic: which of them is the event log (followed as a rebuild would).
         last_seqs: each cluster's last stored seq (None: the sink cannot say).
@@ -269,6 +276,12 @@ class AuditLoop:
         self.commit_failures = 0
         self.events_topic = events_topic
         self.log = LogFollower(last_seqs, trust)
+        self.publish = publish
+        self.published = 0
+        """Reading copies written."""
+        self._unpublished = True
+        self._next_publish = 0.0
+        self._publish_warned = -REPORT_EVERY
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -308,6 +321,7 @@ class AuditLoop:
         try:
             while not self.stopping:
                 batch = await consumer.getmany(timeout_ms=200, max_records=BATCH)
+                await self._publish_if_due()
                 if not batch:
                     continue
                 done: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -323,6 +337,7 @@ class AuditLoop:
                         items = [value for _, value in decoded]
                     if not await agent.store(items):
                         return  # the worker stops with this unstored: nothing committed
+                self._unpublished = True
                 for tp, records in batch.items():
                     done[tp] = OffsetAndMetadata(records[-1].offset + 1, "")
                 try:
@@ -332,6 +347,24 @@ class AuditLoop:
                     log.info("audit commit refused (%s); going on", type(err).__name__)
         finally:
             await consumer.stop()
+
+    async def _publish_if_due(self) -> None:
+        """Write the reading copy when rows were stored since the last one and it is time."""
+        now = time.monotonic()
+        if self.publish is None or not self._unpublished or now < self._next_publish:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            took = await loop.run_in_executor(self.writer, self.publish)
+        except Exception as err:  # a full disk: the history itself may still be stored
+            self._next_publish = now + PUBLISH_EVERY
+            if now - self._publish_warned >= REPORT_EVERY:
+                self._publish_warned = now
+                log.warning("history reading copy not written: %s", err)
+            return
+        self._unpublished = False
+        self.published += 1
+        self._next_publish = time.monotonic() + max(PUBLISH_EVERY, 10 * took)
 
 
 def audit_group(app_id: str, where: str) -> str:
@@ -371,6 +404,7 @@ def audit_loop(
         last_seqs=last() if callable(last := getattr(sink, "last_seqs", None)) else None,
         trust=trust,
         writer=writer,
+        publish=getattr(sink, "publish", None),
     )
     return loop
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -99,3 +101,43 @@ def test_a_file_that_is_not_duckdb_is_refused_with_its_name(tmp_path: Path) -> N
     with pytest.raises(HistoryError, match=r"notes\.txt"):
         DuckDBAuditSink(bad)
     assert bad.read_text() == "hello"
+
+
+_READ_ELSEWHERE = """
+import sys
+from rackplane.history import open_history
+from rackplane.history.verify import verify
+with open_history(sys.argv[1]) as r:
+    print(r.note)
+    print(len(r.events(sys.argv[2])), all(report.ok for report in verify(r)))
+"""
+
+
+def _read_in_another_process(path: Path) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_ELSEWHERE, str(path), CLUSTER],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 or "held by a writer" in done.stderr, done.stderr
+    return (done.stdout or done.stderr).rstrip("\n").splitlines()
+
+
+def test_another_process_reads_the_published_copy_while_the_writer_holds_the_file(
+    tmp_path: Path,
+) -> None:
+    h = story()
+    path = tmp_path / "h.duckdb"
+    with DuckDBAuditSink(path) as sink:
+        sink.record_events(h.log[:2])
+        said = _read_in_another_process(path)
+        assert "held by a writer" in said[-1] and "no reading copy" in said[-1]
+        sink.publish()
+        note, counts = _read_in_another_process(path)
+        assert "is being recorded" in note and "h.duckdb.reading" in note
+        assert counts == "2 True"  # the copy verifies: every row and hash of the chain
+        sink.record_events(h.log[2:])
+        assert _read_in_another_process(path)[1] == "2 True"  # until the next publish
+        sink.publish()
+        assert _read_in_another_process(path)[1] == f"{len(h.log)} True"
+    note, counts = _read_in_another_process(path)  # released: the file itself
+    assert note == "" and counts == f"{len(h.log)} True"
