@@ -385,7 +385,9 @@ def _plot_policies(report: SimReport, path: Path) -> None:
     ax = axes.flat[3]
     bottom = [0.0] * len(names)
     for label, key in (
-        ("failures", "gpu_hours_lost_failures"),
+        ("failures, re-queued", "gpu_hours_lost_failures"),
+        ("swaps", "gpu_hours_lost_swaps"),
+        ("degrades", "gpu_hours_lost_degrades"),
         ("migrations", "gpu_hours_lost_migrations"),
         ("preemptions", "gpu_hours_lost_preemptions"),
         ("cross-rack steps", "gpu_hours_lost_cross_rack"),

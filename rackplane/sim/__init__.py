@@ -5,6 +5,7 @@
 - `failures`: node and rack failures (Llama 3 root causes), repairs.
 - `workload`: synthetic job classes and traces.
 - `comm`: the step-time penalty of slices that span racks.
+- `recovery`: what a swap and a degrade cost the job (rollback, stall, degraded pace).
 - `scenario`: a cluster, settings, failures, workload and duration, from a YAML file.
 - `simulator`: the real controller and policies driven in virtual time; `report`: metrics.
 """
@@ -34,6 +35,7 @@ from rackplane.sim.failures import (
     mean_repair_hours,
     root_causes,
 )
+from rackplane.sim.recovery import RecoveryModel
 from rackplane.sim.reliability import ReliabilityReport, reliability
 from rackplane.sim.report import COLUMNS, PolicyMetrics, SimReport, WaitStats, format_value
 from rackplane.sim.scenario import (
@@ -78,6 +80,7 @@ __all__ = [
     "Lognormal",
     "NodeRange",
     "PolicyMetrics",
+    "RecoveryModel",
     "ReliabilityReport",
     "RootCause",
     "RuntimeSettings",

@@ -3,6 +3,11 @@
 The collector reads events (what the controller decided) and the state (sampled every
 `runtime.sample_minutes`, O(racks) per sample: it reads `RackState.free`, not the nodes), plus
 the runtime's per-job accounts at the end. It never reaches into a policy.
+
+GPU-hours lost come from two places: the events' own `lost_gpu_hours` (re-queues after a
+failure, migrations, preemptions: the controller's accounting), and the runtime's accounts for
+what the events carry no cost for: swaps and degrades (`recovery`: the rollback, the stall and a
+degraded slice's slower pace).
 """
 
 from __future__ import annotations
@@ -147,6 +152,8 @@ class Collector:
         multi_alloc = sum(r.allocated_gpu_s for r in runs.values() if r.arrival.spec.nodes > 1)
         penalty = sum(r.penalty_gpu_s for r in runs.values() if r.arrival.spec.nodes > 1)
         cross_rack = sum(r.cross_rack_gpu_s for r in runs.values()) / _HOUR
+        swaps_lost = sum(r.lost_gpu_s.get("swap", 0.0) for r in runs.values()) / _HOUR
+        degrades_lost = sum(r.lost_gpu_s.get("degrade", 0.0) for r in runs.values()) / _HOUR
         worst = max((r.worst_penalty for r in runs.values()), default=0.0)
         runs = {k: r for k, r in runs.items() if r.arrival.at >= start}
         multi = [r for r in runs.values() if r.arrival.spec.nodes > 1]
@@ -185,6 +192,8 @@ class Collector:
             gpu_hours_lost_migrations=self.lost["migrations"],
             gpu_hours_lost_preemptions=self.lost["preemptions"],
             gpu_hours_lost_cross_rack=cross_rack,
+            gpu_hours_lost_swaps=swaps_lost,
+            gpu_hours_lost_degrades=degrades_lost,
             iteration_penalty_mean=penalty / multi_alloc if multi_alloc else 0.0,
             iteration_penalty_max=worst,
             gpu_hour_usd=gpu_hour_usd,

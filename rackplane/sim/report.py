@@ -21,12 +21,18 @@ events everything that happened in it):
   `SliceMigrated`): work since the last checkpoint plus the restart overhead. `failures`:
   jobs re-queued because a failure left them no nodes; `migrations`: slices moved off a failed
   node or rack; `preemptions`: defrag, evictions, operators. `cross_rack`: allocated GPU-hours
-  lost to slower steps of slices that span racks (`comm`).
-- `goodput`: GPU-hours of kept progress over GPU-hours allocated (`_runtime`).
+  lost to slower steps of slices that span racks (`comm`). `swaps` and `degrades`: the
+  runtime's accounting of a node failure a job rides out in place (`recovery`): the job's GPUs
+  x (work since its last checkpoint + the stall while it restarts), and for a degrade also the
+  job's GPUs x the pace it loses while a slice runs on fewer nodes.
+- `goodput`: GPU-hours of kept progress over GPU-hours allocated (`_runtime`): every loss
+  above, cross-rack steps, swaps and degrades included, lowers it.
 - `iteration_penalty_mean`/`max`: the step-time penalty of cross-rack slices (`comm`),
   GPU-time weighted over multi-node jobs, and the worst seen.
 - `cost_usd_*`: at `cost.gpu_hour_usd`: the cluster for the period, the allocated GPU-hours
-  that produced nothing kept, and the price of one useful GPU-hour.
+  that produced nothing kept, and the price of one useful GPU-hour (the cluster's cost over
+  its useful GPU-hours; on a cluster with idle GPUs the idle ones dominate it, and policies
+  differ by tenths of a cent: `cost_usd_lost` separates them).
 """
 
 from __future__ import annotations
@@ -78,6 +84,8 @@ class PolicyMetrics(BaseModel):
     gpu_hours_lost_migrations: float
     gpu_hours_lost_preemptions: float
     gpu_hours_lost_cross_rack: float
+    gpu_hours_lost_swaps: float = 0.0
+    gpu_hours_lost_degrades: float = 0.0
     iteration_penalty_mean: float
     iteration_penalty_max: float
     gpu_hour_usd: float
@@ -128,7 +136,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("goodput", "goodput", "pct"),
     ("hero_wait_hours_mean", "hero wait, mean (h)", "num"),
     ("hero_wait_hours_max", "hero wait, max (h)", "num"),
-    ("gpu_hours_lost_failures", "GPU-h lost: failures", "num"),
+    ("gpu_hours_lost_failures", "GPU-h lost: failures, re-queued", "num"),
+    ("gpu_hours_lost_swaps", "GPU-h lost: swaps", "num"),
+    ("gpu_hours_lost_degrades", "GPU-h lost: degrades (NTP)", "num"),
     ("gpu_hours_lost_migrations", "GPU-h lost: migrations", "num"),
     ("gpu_hours_lost_preemptions", "GPU-h lost: preemptions", "num"),
     ("gpu_hours_lost_cross_rack", "GPU-h lost: cross-rack steps", "num"),
@@ -153,7 +163,7 @@ def format_value(value: object, kind: str) -> str:
     if kind == "pct" and isinstance(value, int | float):
         return f"{100 * value:.1f}%"
     if kind == "money" and isinstance(value, int | float):
-        return f"{value:,.2f}"
+        return f"{value:,.3f}"  # policies differ by tenths of a cent on an idle-heavy cluster
     if kind == "int" and isinstance(value, int | float):
         return f"{int(value):,}"
     if isinstance(value, float):

@@ -16,6 +16,9 @@ A scenario file (YAML)::
     runtime: {warmup_days: 0, startup_minutes: 0, sample_minutes: 60,
               slow_cross_rack_jobs: true}
     comm: {nvlink_tb_s: 1.8, ib_gbit_s: 400, collective_share: 0.1}
+    recovery: {swap_stall_minutes: 10, degrade_stall_minutes: 10,   # default: restart_overhead
+               memory_checkpoint_minutes: null, power_boost_speedup: 1.143,
+               reshard_overhead: 0.01}   # what swaps and degrades cost (`recovery`)
     cost: {gpu_hour_usd: 3.0}
 
 Everything but `cluster` has a default. `load_scenario` is the only place in the simulator that
@@ -36,6 +39,7 @@ from rackplane.models import PolicySettings, Rack, Topology
 from rackplane.policies import PRESETS
 from rackplane.sim.comm import CommModel
 from rackplane.sim.failures import FailureModel
+from rackplane.sim.recovery import RecoveryModel
 from rackplane.sim.workload import TraceError, Workload, parse_trace_csv
 
 DEFAULT_START = datetime(2026, 12, 1, tzinfo=UTC)
@@ -113,6 +117,7 @@ class ScenarioDoc(BaseModel):
     workload: Workload = Workload()
     runtime: RuntimeSettings = RuntimeSettings()
     comm: CommModel = CommModel()
+    recovery: RecoveryModel = RecoveryModel()
     cost: CostModel = CostModel()
 
 
@@ -134,6 +139,7 @@ class Scenario(BaseModel):
     runtime: RuntimeSettings
     comm: CommModel
     cost: CostModel
+    recovery: RecoveryModel = RecoveryModel()
 
 
 def build_scenario(
@@ -180,6 +186,7 @@ def build_scenario(
         runtime=doc.runtime,
         comm=doc.comm,
         cost=doc.cost,
+        recovery=doc.recovery,
     )
 
 

@@ -17,9 +17,11 @@ Theory of operation:
 4. The engine returns the events of the command's whole cascade, policy reactions included.
    The runtime reads them: a placement schedules the job's start; a start schedules its
    completion after its remaining work; a preemption or a migration sends the job back to its
-   last checkpoint; a swap, a migration or a degrade changes its pace. A pending start or
-   completion that no longer holds is cancelled lazily: every job has a version, bumped on each
-   change, and an action whose version is stale is dropped when popped.
+   last checkpoint; a swap or a degrade sends it back to its last checkpoint too (in memory or
+   on disk) and stalls it while it restarts (`recovery`); a swap, a migration or a degrade
+   changes its pace. A pending start or completion that no longer holds is cancelled lazily:
+   every job has a version, bumped on each change, and an action whose version is stale is
+   dropped when popped.
 5. At the end, every job's account is closed and the metrics computed (`report`).
 
 Nothing here reads a clock or draws unseeded randomness: the same scenario, policy and seed
@@ -149,6 +151,11 @@ class Simulation:
         self.versions: Counter[str] = Counter()
         self.down_per_rack: Counter[RackId] = Counter()
         self.overhead = self.settings.restart_overhead
+        recovery = scenario.recovery
+        self.recovery = recovery
+        self.swap_stall = recovery.swap_stall(self.overhead)
+        self.degrade_stall = recovery.degrade_stall(self.overhead)
+        self.memory_checkpoint = recovery.memory_checkpoint_seconds
         self.startup = timedelta(minutes=scenario.runtime.startup_minutes)
         self.sample_every = timedelta(minutes=scenario.runtime.sample_minutes)
         self.collector: Collector | None = None
@@ -344,9 +351,11 @@ class Simulation:
                 run.restart(at, self.overhead, keeps_running=True)
                 self._reshape(run, at, e.slice, e.new_nodes)
             elif isinstance(e, NodeSwapped):
+                self._survive(run, at, "swap", self.swap_stall)
                 nodes = tuple(e.new_node if n == e.old_node else n for n in run.slices[e.slice])
                 self._reshape(run, at, e.slice, nodes)
             elif isinstance(e, SliceDegraded):
+                self._survive(run, at, "degrade", self.degrade_stall)
                 gone = set(e.removed)
                 nodes = tuple(n for n in run.slices[e.slice] if n not in gone)
                 self._reshape(run, at, e.slice, nodes)
@@ -356,6 +365,18 @@ class Simulation:
             elif isinstance(e, JobFailed | JobCancelled):
                 run.release(at)
                 run.version += 1
+
+    def _survive(self, run: JobRun, at: datetime, cause: str, stall: timedelta) -> None:
+        """A node failure the job rides out in place: the whole job rolls back to its last
+        checkpoint and stalls (`recovery`). A job placed but not yet started loses nothing."""
+        if run.running:
+            run.restart(
+                at,
+                stall,
+                keeps_running=True,
+                cause=cause,
+                memory_checkpoint=self.memory_checkpoint,
+            )
 
     def _gpus(self, slices: Sequence[Any]) -> int:
         return sum(self.gpus_of[n] for s in slices for n in s.nodes)
@@ -373,9 +394,13 @@ class Simulation:
         penalty = comm.job_penalty(run.slices.values(), self.rack_of)
         cross = any(len({self.rack_of[n] for n in ns}) > 1 for ns in run.slices.values())
         rate = 1.0 / (1.0 + penalty) if self.scenario.runtime.slow_cross_rack_jobs else 1.0
-        if not self.settings.ntp_power_boost and run.sizes:
-            rate *= min(len(ns) / run.sizes[i] for i, ns in run.slices.items())
-        run.pace(at, penalty, rate, cross_rack=cross)
+        degraded = 1.0
+        if run.sizes:
+            degraded = self.recovery.job_pace(
+                ((len(ns), run.sizes[i]) for i, ns in run.slices.items()),
+                boosted=self.settings.ntp_power_boost,
+            )
+        run.pace(at, penalty, rate * degraded, cross_rack=cross, slow=rate * (1.0 - degraded))
 
     def _reschedule(self, run: JobRun) -> None:
         run.version += 1
