@@ -59,7 +59,7 @@ test-slurm: $(VENV)/.dev
 	$(BIN)/python scripts/slurm/slurm_cluster.py run --job-submit-lua deploy/slurm/job_submit.lua -- $(BIN)/pytest -m slurm tests/slurm
 
 ## test-rules: the Prometheus alerting rules (deploy/prometheus) checked and unit-tested by promtool, built
-## from the Go module proxy (cached under ~/.cache/rackplane, keyed by version; ~10-15 min cold)
+## from the Go module proxy (cached under ~/.cache/rackplane, keyed by version; ~3-5 min cold)
 test-rules:
 	$(PYTHON) scripts/prometheus/promtool.py test
 
