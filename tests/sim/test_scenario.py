@@ -17,6 +17,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
     [
         pytest.param("fragmentation.yaml", 8, 144, id="fragmentation-generates-8-racks"),
         pytest.param("failures-128.yaml", 128, 2304, id="failures-128-names-the-cluster-file"),
+        pytest.param("failures-128-stress.yaml", 128, 2304, id="failures-128-stress-too"),
         pytest.param("hero-128x8.yaml", 10, 180, id="hero-128x8-generates-10-racks"),
     ],
 )
