@@ -7,7 +7,8 @@ Each component has a principal of its own (docs/OPERATIONS.md, "The broker's ACL
 | `worker`   | read and write commands, events, rejected and snapshots; read telemetry;      |
 |            | create and check rackplane's topics; Faust's own topics and consumer groups   |
 |            | (`<app_id>*`); transactions (exactly-once mode)                               |
-| `client`   | write commands; read events and rejected (the CLI waits for its outcome)      |
+| `client`   | write commands; read events and rejected (the CLI waits for its outcome) and  |
+|            | snapshots (the read commands start from the newest checkpoint)                |
 | `exporter` | write telemetry                                                               |
 
 With `allow.everyone.if.no.acl.found=false` (Kafka's default) everything else is refused: a
@@ -77,6 +78,7 @@ def acls(prefix: str, app_id: str, principals: Principals = Principals()) -> lis
         topic(c, "commands", "Write", "Describe"),
         topic(c, "events", "Read", "Describe"),
         topic(c, "rejected", "Read", "Describe"),
+        topic(c, "snapshots", "Read", "Describe"),
         topic(e, "telemetry", "Write", "Describe"),
     ]
 

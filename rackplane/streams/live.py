@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
@@ -106,13 +107,17 @@ class LiveLog:
         NoSuchTopic: the events topic is not there."""
         await self._probe.start()
         try:
-            topics = await self._probe.topics()
+            # One metadata request for every topic this user may see (what `topics()` asks,
+            # with the partitions kept: `partitions_for_topic` knows only what the client's
+            # own metadata happened to hold, nothing under ACLs).
+            cluster: Any = await self._probe._client.fetch_all_metadata()
+            topics = cluster.topics()
             if self.topic not in topics:
                 raise NoSuchTopic(
                     f"no topic {self.topic} on {self.config.bootstrap} (has a worker run with "
                     f"prefix {self.config.prefix!r}?)"
                 )
-            self.partitions = len(self._probe.partitions_for_topic(self.topic) or ())
+            self.partitions = len(cluster.partitions_for_topic(self.topic) or ())
             self._snapshots = self.store.topic in topics
         except BaseException:
             await self._probe.stop()

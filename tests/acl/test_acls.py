@@ -210,6 +210,7 @@ def test_a_worker_a_client_and_an_exporter_run_the_pipeline_each_as_itself(
     with WorkerProcess(worker_config, data_dir=tmp_path) as worker:
         try:
             registered, failed = asyncio.run(pipeline(client, exporter, cluster))
+            seen = asyncio.run(_live_health(client, cluster, failed.node))
         except Exception:
             print(worker.log_tail(80))
             raise
@@ -217,4 +218,15 @@ def test_a_worker_a_client_and_an_exporter_run_the_pipeline_each_as_itself(
     assert [type(e) for e in registered] == [TopologyRegistered]
     first = small_topology(cluster).racks[0].nodes[0]
     assert (failed.node, failed.actor) == (first, "gpu_manager")
+    assert seen == "failed"  # the client's read commands see it: read-only credentials do
     assert denied == []
+
+
+async def _live_health(config: StreamConfig, cluster: str, node: str) -> str:
+    """The node's health as `rackplane status|rack` read it (`LiveLog`), as `config`'s user."""
+    from rackplane.streams.live import LiveLog
+
+    async with LiveLog(config) as live:
+        view = await live.cluster(cluster)
+    assert view is not None
+    return str(view.state.nodes[node].health.value)

@@ -22,4 +22,5 @@ kafka-acls.sh --bootstrap-server kafka-1:9094 --command-config "$ADMIN_CONFIG" -
 kafka-acls.sh --bootstrap-server kafka-1:9094 --command-config "$ADMIN_CONFIG" --add --allow-principal User:client --operation Write --operation Describe --topic rackplane.commands --resource-pattern-type literal
 kafka-acls.sh --bootstrap-server kafka-1:9094 --command-config "$ADMIN_CONFIG" --add --allow-principal User:client --operation Read --operation Describe --topic rackplane.events --resource-pattern-type literal
 kafka-acls.sh --bootstrap-server kafka-1:9094 --command-config "$ADMIN_CONFIG" --add --allow-principal User:client --operation Read --operation Describe --topic rackplane.rejected --resource-pattern-type literal
+kafka-acls.sh --bootstrap-server kafka-1:9094 --command-config "$ADMIN_CONFIG" --add --allow-principal User:client --operation Read --operation Describe --topic rackplane.snapshots --resource-pattern-type literal
 kafka-acls.sh --bootstrap-server kafka-1:9094 --command-config "$ADMIN_CONFIG" --add --allow-principal User:exporter --operation Write --operation Describe --topic rackplane.telemetry --resource-pattern-type literal
