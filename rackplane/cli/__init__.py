@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rackplane import __version__
+import rackplane
 from rackplane.cli import (
     _client,
     _exporter,
@@ -54,7 +54,7 @@ _slurm.register(app)
 @app.command()
 def version() -> None:
     """Print rackplane's version."""
-    typer.echo(f"rackplane {__version__}")
+    typer.echo(f"rackplane {rackplane.__version__}")
 
 
 def main() -> None:
