@@ -35,7 +35,11 @@ def tui(
         str | None, typer.Option(help="Cluster id (default: the only or first one).")
     ] = None,
     demo: Annotated[
-        int | None, typer.Option(help="No broker: a seeded in-process story on this many racks.")
+        int | None,
+        typer.Option(
+            help="No broker: a seeded story on this many racks, then the in-process engine "
+            "applies your commands."
+        ),
     ] = None,
     prefix: Annotated[str | None, typer.Option(help="Topic prefix.")] = None,
     actor: Annotated[str | None, typer.Option(help="Who acts (default operator:$USER).")] = None,
@@ -45,7 +49,7 @@ def tui(
     Broker, prefix, Kafka security and actor come from the settings (config file < RACKPLANE_*
     < flags; docs/CONFIG.md), like every client command's."""
     from rackplane.keyfiles import KeyFileError, load_key
-    from rackplane.tui import ConsoleApp, LiveSource, MemorySource, Source, SourceError
+    from rackplane.tui import ConsoleApp, LiveSource, Source, SourceError
     from rackplane.tui.sources import history_source
 
     source: Source
@@ -56,11 +60,10 @@ def tui(
         elif demo is not None:
             if demo < 8:
                 fail("--demo needs at least 8 racks")
-            from rackplane.tui.sample import sample_events
+            from rackplane.tui.sample import demo_source
 
             with errors.status(f"running the demo story on {demo} racks ..."):
-                events = sample_events(demo)
-            source = MemorySource(events, description=f"demo ({demo} racks)")
+                source = demo_source(demo)
         else:
             s = settings(config_file, broker=broker, topic_prefix=prefix, actor=actor)
             config = s.stream_config()

@@ -2,6 +2,7 @@
 
 from rackplane.tui.app import ConsoleApp
 from rackplane.tui.sources import (
+    EngineSource,
     HistorySource,
     LiveSource,
     MemorySource,
@@ -13,6 +14,7 @@ from rackplane.tui.sources import (
 
 __all__ = [
     "ConsoleApp",
+    "EngineSource",
     "HistorySource",
     "LiveSource",
     "MemorySource",

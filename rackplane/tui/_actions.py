@@ -7,14 +7,25 @@ while the console shows the past.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from textual import work
 from textual.app import App
+from textual.notifications import SeverityLevel
+from textual.screen import Screen
 
-from rackplane.models import Command, JobKind, JobStatus
+from rackplane.models import (
+    Command,
+    CommandIgnored,
+    CommandRejected,
+    Event,
+    JobKind,
+    JobStatus,
+    RackHealth,
+)
 from rackplane.projections import ClusterState
 from rackplane.tui import _commands as cmd
 from rackplane.tui._cluster_grid import ClusterGrid
@@ -25,7 +36,7 @@ from rackplane.tui.sources import Source, SourceError
 
 
 class ActionsApp(App[None]):
-    """Cordon, uncordon, submit, cancel, defrag, allow interactive preemption once."""
+    """Cordon, uncordon, rack fault, submit, cancel, defrag, allow interactive preemption once."""
 
     source: Source
     actor: str
@@ -37,6 +48,12 @@ class ActionsApp(App[None]):
     sent: list[Command]
     refresh_views: Callable[[], None]
     """Show the state at the position (`ConsoleApp` defines it)."""
+
+    @property
+    def main(self) -> Screen[Any]:
+        """The console's own screen. `App.query_one` looks in the screen on top, which is a
+        dialog while one is open: events arriving then must still reach the views."""
+        return self.screen_stack[0]
 
     @property
     def state(self) -> ClusterState | None:
@@ -60,11 +77,11 @@ class ActionsApp(App[None]):
         return state
 
     def _node(self) -> str | None:
-        selected = self.query_one(ClusterGrid).selected
+        selected = self.main.query_one(ClusterGrid).selected
         return selected[1] if selected else None
 
     def _job(self) -> str | None:
-        return self.query_one(JobsPane).selected_job
+        return self.main.query_one(JobsPane).selected_job
 
     def _confirm(
         self, title: str, body: str, make: Callable[[str], list[Command]], *, reason: bool = False
@@ -100,6 +117,37 @@ class ActionsApp(App[None]):
             f"Uncordon {node}?",
             f"{node} may take new work again.",
             lambda _: [cmd.uncordon(c, self.actor, self.new_id, node)],
+        )
+
+    def action_rack_fault(self) -> None:
+        """Report the selected rack failed (a rack-level fault), or recovered when it is."""
+        state, selected = self._actionable(), self.main.query_one(ClusterGrid).selected
+        if state is None or selected is None:
+            return
+        rack, c = selected[0], state.cluster
+        r = state.racks[rack]
+        if r.healthy:
+            assert state.index is not None
+            nodes = state.index.rack(rack).nodes
+            jobs = sorted({j for n in nodes if (j := state.nodes[n].job) is not None})
+            health, title = RackHealth.FAILED, f"Report rack {rack} failed?"
+            body = (
+                "A rack-level fault (an NVSwitch tray, the power shelf) takes the whole NVLink "
+                f"domain: its {len(nodes)} nodes run nothing until the rack is reported "
+                f"recovered; the jobs on it ({', '.join(jobs) or 'none'}) are moved or degraded "
+                "by the policies. The reason is recorded as the cause."
+            )
+        else:
+            health, title = RackHealth.HEALTHY, f"Report rack {rack} recovered?"
+            body = (
+                f"The rack-level fault ({r.cause or 'no cause given'}) is over: {rack}'s nodes "
+                "may take work again (a node that failed on its own stays failed)."
+            )
+        self._confirm(
+            title,
+            body,
+            lambda why: [cmd.rack_health(c, self.actor, self.new_id, rack, health, why)],
+            reason=True,
         )
 
     def action_cancel_job(self) -> None:
@@ -202,13 +250,32 @@ class ActionsApp(App[None]):
     async def _send(self, commands: list[Command]) -> None:
         for command in commands:
             try:
-                await self.source.send(command)
+                caused = await self.source.send(command)
             except SourceError as err:
                 self.notify(str(err), title=command.type, severity="error", timeout=10)
                 return
             self.sent.append(command)
-            self.notify(f"sent {command.type} {command.id}", timeout=4)
+            text, severity = outcome(command, caused)
+            self.notify(text, severity=severity, timeout=6 if severity == "error" else 4)
         self.refresh_views()
+
+
+def outcome(command: Command, caused: Sequence[Event] | None) -> tuple[str, SeverityLevel]:
+    """What to tell the operator once a command went: sent (a broker: its events come back
+    on the log), or what it did where the source applied it at once (the in-process engine)."""
+    if caused is None:
+        return f"sent {command.type} {command.id}", "information"
+    own = [e for e in caused if getattr(e, "command_id", None) == command.id]
+    for e in own:
+        if isinstance(e, CommandRejected):
+            return f"{command.type} rejected ({e.code}): {e.reason}", "error"
+        if isinstance(e, CommandIgnored):
+            return f"{command.type}: nothing to do ({e.reason})", "warning"
+    if not caused:
+        return f"{command.type} {command.id} was already applied", "warning"
+    kinds = Counter(e.type for e in caused)
+    said = ", ".join(f"{n} {t}" if n > 1 else t for t, n in kinds.items())
+    return f"applied {command.type}: {said}", "information"
 
 
 def _int(text: str, what: str) -> int:

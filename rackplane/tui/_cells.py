@@ -4,7 +4,8 @@ Every node is a two-character cell; its background says its role (free, spare, f
 or the colour of the job it serves: one colour per job) and its glyph what else holds
 (`b` a borrowed spare, `~` degraded, `c` cordoned, `X` failed). Colours come from a fixed
 palette indexed by a stable hash of the job id, so a job keeps its colour across runs and
-screenshots.
+screenshots; the palette and the state colours stay apart in 256 and 16 colours too. The rack
+id is marked after it, not only coloured: `*` held for a job, `!` a rack-level fault.
 """
 
 from __future__ import annotations
@@ -19,37 +20,71 @@ from rackplane.models import Health
 from rackplane.projections import ClusterState, NodeRole, node_roles
 
 CELL = 2
-JOB_PALETTE = (
-    "#1f77b4", "#9467bd", "#17becf", "#e377c2", "#8c564b", "#5f87ff", "#af5fd7", "#00afaf",
-    "#d75f87", "#875f00", "#5fafff", "#8787ff", "#00875f", "#d787d7", "#5f5faf", "#af875f",
-    "#0087af", "#af5f87", "#5fd7d7", "#875fd7",
-)  # fmt: skip
-"""Blues, purples, teals, pinks and browns: none close to the state colours below."""
-
 FG_DARK = "#101010"
 FG_LIGHT = "#f0f0f0"
-ROLE_STYLE = {
-    NodeRole.FREE: Style(color="#8a8a8a", bgcolor="#3a3a3a"),
-    NodeRole.SPARE: Style(color=FG_LIGHT, bgcolor="#2e7d32"),
-    NodeRole.FAILED: Style(color=FG_LIGHT, bgcolor="#d32f2f", bold=True),
-    NodeRole.UNAVAILABLE: Style(color=FG_DARK, bgcolor="#c8b400"),
+STATE_COLOURS = {
+    "free": "#303030",
+    "spare": "#008700",
+    "failed": "#d70000",
+    "unavailable": "#d7d700",
+    "degraded": "#d75f00",
+    "cordoned": "#a8a8a8",
 }
-DEGRADED = Style(color=FG_DARK, bgcolor="#ff9800", bold=True)
-CORDONED = Style(color=FG_LIGHT, bgcolor="#616161", bold=True)
-LEGEND = (
-    ("free", ROLE_STYLE[NodeRole.FREE], "  "),
-    ("spare", ROLE_STYLE[NodeRole.SPARE], "  "),
-    ("job (one colour each)", Style(color=FG_LIGHT, bgcolor=JOB_PALETTE[0]), "  "),
-    ("borrowed spare", Style(color=FG_LIGHT, bgcolor=JOB_PALETTE[1], bold=True), "b "),
-    ("degraded", DEGRADED, "~ "),
-    ("cordoned", CORDONED, "c "),
-    ("failed", ROLE_STYLE[NodeRole.FAILED], "X "),
-)
-CURSOR = Style(reverse=True, underline=True)
+"""The backgrounds that say a node's state: greys, green, red, yellow, orange. Each is an
+xterm-256 colour, and each stays distinct from the others and from every job colour when a
+terminal has only 256 or 16 colours (tests/tui/test_palette.py downgrades them as Rich does)."""
+JOB_PALETTE = (
+    "#0087af", "#8700d7", "#5fafff", "#d75faf", "#005fd7", "#00afd7", "#af5fd7", "#0000d7",
+    "#87d7ff", "#af00af", "#5f87d7", "#0087d7", "#d75fff", "#00afff", "#875fff", "#d700af",
+    "#5fd7ff", "#5f5fd7", "#ff5fff", "#0087ff",
+)  # fmt: skip
+"""Blues, purples, azures and magentas only: 20 distinct colours in 256-colour terminals, six
+in 16 (blue, magenta, cyan and their bright kinds), none of them a state's colour. No green
+(spare), red or pink (failed), yellow, orange or grey."""
+
+
+def _text_on(bg: str) -> str:
+    """Dark text on a light background, light text on a dark one."""
+    r, g, b = (int(bg[i : i + 2], 16) for i in (1, 3, 5))
+    return FG_DARK if 0.2126 * r + 0.7152 * g + 0.0722 * b > 140 else FG_LIGHT
+
+
+ROLE_STYLE = {
+    NodeRole.FREE: Style(color="#8a8a8a", bgcolor=STATE_COLOURS["free"]),
+    NodeRole.SPARE: Style(color=FG_LIGHT, bgcolor=STATE_COLOURS["spare"]),
+    NodeRole.FAILED: Style(color=FG_LIGHT, bgcolor=STATE_COLOURS["failed"], bold=True),
+    NodeRole.UNAVAILABLE: Style(color=FG_DARK, bgcolor=STATE_COLOURS["unavailable"]),
+}
+DEGRADED = Style(color=FG_DARK, bgcolor=STATE_COLOURS["degraded"], bold=True)
+CORDONED = Style(color=FG_DARK, bgcolor=STATE_COLOURS["cordoned"], bold=True)
 TEXT = Style(color="#d0d0d0")
 DIM = Style(color="#8a8a8a")
 BAD = Style(color="#ff5f5f", bold=True)
 RESERVED = Style(color="#ffd75f", bold=True)
+HELD_MARK = "*"
+"""After the id of a rack held for a job (a defrag plan's reservation): not by colour alone."""
+FAILED_MARK = "!"
+"""After the id of a rack with a rack-level fault (NVSwitch tray, power shelf)."""
+LEGEND = (
+    ("free", ROLE_STYLE[NodeRole.FREE], "  "),
+    ("spare", ROLE_STYLE[NodeRole.SPARE], "  "),
+    ("job (one colour each)", Style(color=FG_LIGHT, bgcolor=JOB_PALETTE[0]), "  "),
+    ("borrowed spare", Style(color=_text_on(JOB_PALETTE[1]), bgcolor=JOB_PALETTE[1], bold=True),
+     "b "),
+    ("degraded", DEGRADED, "~ "),
+    ("cordoned", CORDONED, "c "),
+    ("failed", ROLE_STYLE[NodeRole.FAILED], "X "),
+    ("idle in a failed rack", ROLE_STYLE[NodeRole.UNAVAILABLE], "  "),
+)  # fmt: skip
+"""The node cells: (label, style, glyph)."""
+RACK_LEGEND = (
+    ("held for a job (defrag plan, reservation)", RESERVED, f"r07{HELD_MARK}"),
+    ("rack fault (NVSwitch tray, power)", BAD, f"r07{FAILED_MARK}"),
+)
+"""The rack labels: (label, style, sample label)."""
+LABEL_SEGMENTS = 3
+"""Segments before the first node cell in a row: rack id, its mark, pod."""
+CURSOR = Style(reverse=True, underline=True)
 
 
 def job_colour(job: str) -> str:
@@ -124,7 +159,7 @@ def node_style(state: ClusterState, node: str, role: NodeRole) -> tuple[str, Sty
             if borrowed
             else " "
         )
-        return glyph + " ", Style(color=FG_LIGHT, bgcolor=bg, bold=glyph != " ")
+        return glyph + " ", Style(color=_text_on(bg), bgcolor=bg, bold=glyph != " ")
     if role is NodeRole.FAILED:
         return "X ", ROLE_STYLE[role]
     if role is NodeRole.UNAVAILABLE:
@@ -140,11 +175,17 @@ def render_rack(state: ClusterState, rack: str, layout: RowLayout) -> RackRow:
     """One rack row: id, pod, node cells, counters (free / allocated / spares left)."""
     r = state.racks[rack]
     roles = node_roles(state, rack)
-    bad = not r.healthy
-    reserved = rack in state.reservations
+    label = (
+        (FAILED_MARK, BAD)
+        if not r.healthy
+        else (HELD_MARK, RESERVED)
+        if rack in state.reservations
+        else (" ", TEXT)
+    )
     segs = [
-        Segment(rack.ljust(layout.rack_width), BAD if bad else RESERVED if reserved else TEXT),
-        Segment(" " + r.pod.ljust(layout.pod_width) + " ", DIM),
+        Segment(rack.ljust(layout.rack_width), label[1]),
+        Segment(label[0], label[1]),
+        Segment(r.pod.ljust(layout.pod_width) + " ", DIM),
     ]
     counts = dict.fromkeys(NodeRole, 0)
     for node, role in roles.items():

@@ -20,7 +20,15 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from rackplane.projections import ClusterState
-from rackplane.tui._cells import CELL, CURSOR, RackRow, RowLayout, layout_of, render_rack
+from rackplane.tui._cells import (
+    CELL,
+    CURSOR,
+    LABEL_SEGMENTS,
+    RackRow,
+    RowLayout,
+    layout_of,
+    render_rack,
+)
 
 GAP = 2
 
@@ -202,7 +210,7 @@ class ClusterGrid(ScrollView, can_focus=True):
     @staticmethod
     def _with_cursor(row: RackRow, node: int) -> list[Segment]:
         out = list(row.segments)
-        k = 2 + min(node, len(row.nodes) - 1)  # rack id and pod come first
+        k = LABEL_SEGMENTS + min(node, len(row.nodes) - 1)
         text, style, _ = out[k]
         out[k] = Segment(text, (style + CURSOR) if style else CURSOR)
         return out

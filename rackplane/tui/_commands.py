@@ -19,6 +19,8 @@ from rackplane.models import (
     CordonNode,
     JobKind,
     JobSpec,
+    RackHealth,
+    ReportRackHealth,
     SubmitJob,
     UncordonNode,
 )
@@ -36,6 +38,16 @@ def cordon(cluster: str, actor: str, new_id: NewId, node: str, reason: str = "")
 def uncordon(cluster: str, actor: str, new_id: NewId, node: str) -> UncordonNode:
     """Let `node` take work again (as `rackplane uncordon`)."""
     return UncordonNode(id=new_id(), cluster=cluster, actor=actor, node=node)
+
+
+def rack_health(
+    cluster: str, actor: str, new_id: NewId, rack: str, health: RackHealth, cause: str = ""
+) -> ReportRackHealth:
+    """Report a rack-level fault (an NVSwitch tray, the power shelf) or its end: the whole
+    NVLink domain fails or comes back (as the GPU Manager or `rackplane rack-health` would)."""
+    return ReportRackHealth(
+        id=new_id(), cluster=cluster, actor=actor, rack=rack, health=health, cause=cause
+    )
 
 
 def cancel(cluster: str, actor: str, new_id: NewId, job: str, reason: str = "") -> CancelJob:

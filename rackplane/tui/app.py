@@ -8,11 +8,13 @@ clock, so tests drive the console with fakes and assert the commands it sends.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from time import monotonic
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
@@ -20,25 +22,38 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
-from rackplane.models import Command, Event, JobStatus, Rejection
+from rackplane.models import Command, Event, Rejection
 from rackplane.projections import ClusterState
 from rackplane.tui._actions import ActionsApp
 from rackplane.tui._alerts import AlertSettings, alerts
-from rackplane.tui._cells import LEGEND
 from rackplane.tui._cluster_grid import ClusterGrid
 from rackplane.tui._describe import racks_touched
 from rackplane.tui._detail import rack_detail
 from rackplane.tui._dialogs import DetailScreen, GotoScreen
 from rackplane.tui._jobs import job_rows, lost_gpu_hours
+from rackplane.tui._lines import RETRY_S, banner, legend, nothing_notable, summary
 from rackplane.tui._tables import EventsPane, FilterChanged, JobsPane, fill_alerts
 from rackplane.tui._timeline import Timeline
 from rackplane.tui.sources import Source, SourceError
 
 REFRESH_S = 0.25
 """Live events are batched and shown at 4 Hz."""
+MODE_STYLE = {"LIVE": "bold #87d787", "DEMO": "bold #5fd7ff"}
+"""The status line's mode at the head; PAUSED and HISTORY are yellow."""
 STEP_TIME = timedelta(minutes=10)
 TOUCHED_MAX = 256
 """Up to this many new events, the racks to redraw come from the events, not a full diff."""
+VIEW_FOCUS = {
+    "cluster": "#grid",
+    "jobs": "#jobs-table",
+    "events": "#events-table",
+    "alerts": "#alerts-table",
+}
+"""What takes the keys when a view is shown. Textual hands the focus of a widget being hidden
+to a sibling that is displayed itself, even inside a hidden pane (the jobs filter), and the
+tabs then follow that focus back; with nothing to hand it to (the grid) the focus is lost and
+the arrows reach nothing. So the console drops the focus before a switch and gives it to the
+shown view's widget after."""
 
 
 class ConsoleApp(ActionsApp):
@@ -53,6 +68,7 @@ class ConsoleApp(ActionsApp):
         Binding("4", "view('alerts')", "alerts"),
         Binding("c", "cordon", "cordon"),
         Binding("u", "uncordon", "uncordon"),
+        Binding("f", "rack_fault", "rack fault"),
         Binding("s", "submit", "submit"),
         Binding("x", "cancel_job", "cancel job"),
         Binding("d", "defrag", "defrag"),
@@ -91,15 +107,20 @@ class ConsoleApp(ActionsApp):
         self.interactive_once = False
         self._dirty = False
         self.sent: list[Command] = []
+        self.source_error: str | None = None
+        """Why the source last failed (shown in the banner until it is tried again)."""
+        self._started = monotonic()
+        self._banner_shown: tuple[str, str] | None = None
 
     # -- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
+        yield Static(id="banner")
         with TabbedContent(initial="cluster", id="views"):
             with TabPane("Cluster", id="cluster"):
                 yield Static(id="summary")
-                yield Static(_legend(), id="legend")
+                yield Static(legend(), id="legend")
                 yield ClusterGrid(id="grid")
             with TabPane("Jobs", id="jobs"):
                 yield JobsPane(id="jobs-pane")
@@ -114,15 +135,25 @@ class ConsoleApp(ActionsApp):
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self._flush_pending)
+        self._started = monotonic()
+        self._show_banner()
         self._run_source()
-        self.query_one(ClusterGrid).focus()
+        self.main.query_one(ClusterGrid).focus()
 
     @work(exclusive=True, group="source")
     async def _run_source(self) -> None:
-        try:
-            await self.source.run(self._events_arrived, self._rejections_arrived)
-        except SourceError as err:
-            self.notify(str(err), title="source", severity="error", timeout=30)
+        """Run the source; when it fails, say why in the banner and try again."""
+        while True:
+            try:
+                await self.source.run(self._events_arrived, self._rejections_arrived)
+                return
+            except SourceError as err:
+                self.source_error = str(err)
+                self._show_banner()
+            await asyncio.sleep(RETRY_S)
+            self.source_error = None
+            self._started = monotonic()
+            self._show_banner()
 
     def _events_arrived(self, events: list[Event]) -> None:
         if self.timeline is None:
@@ -142,9 +173,26 @@ class ConsoleApp(ActionsApp):
         self._dirty = True
 
     def _flush_pending(self) -> None:
+        if not self.is_running:  # closing: the views are being taken down
+            return
         if self._dirty:
             self._dirty = False
             self.refresh_views()
+        self._show_banner()
+
+    def _show_banner(self) -> None:
+        """A line under the status while the console has nothing true to show: the source out
+        of reach (with its reason, which names the address), still connecting, or connected
+        without an event; hidden once events arrive."""
+        if not self.is_running:
+            return
+        shown = banner(self.source, self.source_error, self.timeline, monotonic() - self._started)
+        if shown == self._banner_shown:
+            return
+        self._banner_shown = text, style = shown
+        widget = self.main.query_one("#banner", Static)
+        widget.display = bool(text)
+        widget.update(Text(text, style=style))
 
     # -- showing ------------------------------------------------------------------------------
 
@@ -158,18 +206,18 @@ class ConsoleApp(ActionsApp):
         state = self.state
         if state is None:
             return
-        grid = self.query_one(ClusterGrid)
+        grid = self.main.query_one(ClusterGrid)
         events = self.shown_events
         grid.show(state, self._touched(grid.state, state, events))
         found = alerts(state, events, self.rejections, self.alert_settings)
-        self.query_one("#summary", Static).update(_summary(state, grid, len(found)))
-        fill_alerts(self.query_one("#alerts-table", DataTable), found)
-        tabs = self.query_one(TabbedContent)
+        self.main.query_one("#summary", Static).update(summary(state, grid, len(found)))
+        fill_alerts(self.main.query_one("#alerts-table", DataTable), found)
+        tabs = self.main.query_one(TabbedContent)
         tabs.get_tab("alerts").label = f"Alerts ({len(found)})"
         if tabs.active == "jobs":
-            self.query_one(JobsPane).show(job_rows(state, lost_gpu_hours(events)))
+            self.main.query_one(JobsPane).show(job_rows(state, lost_gpu_hours(events)))
         elif tabs.active == "events":
-            self.query_one(EventsPane).show(events, state)
+            self.main.query_one(EventsPane).show(events, state)
         self._show_status(state)
 
     @staticmethod
@@ -189,18 +237,18 @@ class ConsoleApp(ActionsApp):
 
     def _show_status(self, state: ClusterState) -> None:
         total = len(self.timeline) if self.timeline else 0
-        mode = ("LIVE" if self.following else "PAUSED") if self.source.live else "HISTORY"
+        mode = (self.source.mode if self.following else "PAUSED") if self.source.live else "HISTORY"
         at = state.at.strftime("%Y-%m-%d %H:%M:%S") if state.at else "-"
         status = Text.assemble(
             (" rackplane ", "bold reverse"),
             f" {state.cluster}  ",
-            (f"{mode}", "bold #87d787" if mode == "LIVE" else "bold #ffd75f"),
+            (f"{mode}", MODE_STYLE.get(mode, "bold #ffd75f")),
             f"  {self.source.description}  actor {self.actor}",
             ("  interactive preemption allowed for the next defrag", "bold #ff9800")
             if self.interactive_once
             else "",
         )
-        self.query_one("#status", Static).update(status)
+        self.main.query_one("#status", Static).update(status)
         width = 40
         filled = round(width * self.position / total) if total else width
         bar = Text.assemble(
@@ -209,19 +257,24 @@ class ConsoleApp(ActionsApp):
             ("░" * (width - filled), "#585858"),
             "  [ ] event  { } 10 min  n/p failure, swap, preemption  g go to  l now",
         )
-        self.query_one("#scrubber", Static).update(bar)
+        self.main.query_one("#scrubber", Static).update(bar)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.refresh_views()
+        if event.pane.id in VIEW_FOCUS:
+            self.main.query_one(VIEW_FOCUS[event.pane.id]).focus()
 
     def on_filter_changed(self, event: FilterChanged) -> None:
-        self.query_one(EventsPane).show(self.shown_events, self.state)
+        self.main.query_one(EventsPane).show(self.shown_events, self.state)
 
     def action_view(self, name: str) -> None:
-        self.query_one(TabbedContent).active = name
+        tabs = self.main.query_one(TabbedContent)
+        if tabs.active != name:
+            self.screen.set_focus(None)  # see VIEW_FOCUS
+            tabs.active = name
 
     def action_sort(self) -> None:
-        pane = self.query_one(JobsPane)
+        pane = self.main.query_one(JobsPane)
         pane.sort_by((pane.sort_column + 1) % len(pane.rows[0].cells) if pane.rows else 0)
 
     # -- time travel --------------------------------------------------------------------------
@@ -247,12 +300,16 @@ class ConsoleApp(ActionsApp):
         self.travel(max(target, self.position + 1) if n > 0 else target)
 
     def action_notable(self, direction: int) -> None:
-        if self.timeline is None:
+        """Jump to the next (1) or previous (-1) failure, swap or preemption; say so when
+        there is none that way."""
+        if self.timeline is None or not len(self.timeline):
+            self.notify("no events yet: nothing to jump to", severity="warning")
             return
         find = self.timeline.next_notable if direction > 0 else self.timeline.previous_notable
         found = find(self.position)
         if found is None:
-            self.notify("no failure, swap or preemption that way", severity="warning")
+            self.notify(nothing_notable(direction, self.position, self.timeline, self.source),
+                        severity="warning")  # fmt: skip
             return
         self.travel(found)
         event = self.timeline.events[found - 1]
@@ -288,35 +345,6 @@ class ConsoleApp(ActionsApp):
             return
         body = rack_detail(state, message.rack, self.shown_events, message.node)
         self.push_screen(DetailScreen(f"rack {message.rack} (node {message.node})", body))
-
-
-def _legend() -> Text:
-    parts: list[tuple[str, Any] | str] = [" "]
-    for label, style, glyph in LEGEND:
-        parts += [(glyph, style), f" {label}   "]
-    parts.append("   counters: f free  a allocated  s spares left   enter: rack detail")
-    return Text.assemble(*parts)
-
-
-def _summary(state: ClusterState, grid: ClusterGrid, n_alerts: int) -> Text:
-    t = grid.totals()
-    statuses = dict.fromkeys(JobStatus, 0)
-    blocked = 0
-    for j in state.jobs.values():
-        statuses[j.status] += 1
-        blocked += j.status is JobStatus.QUEUED and j.blocked is not None
-    gpus = state.index.topology.gpu_count if state.index else 0
-    return Text.assemble(
-        (f" {len(grid.racks)} racks", "bold"),
-        f"  {gpus:,} GPUs   nodes: allocated {t.allocated:,}  free {t.free:,}  "
-        f"spares {t.spares:,}  ",
-        (f"failed {t.failed}", "bold #ff5f5f" if t.failed else ""),
-        "  racks out of spares ",
-        (str(t.racks_out_of_spares), "bold #ff5f5f" if t.racks_out_of_spares else ""),
-        f"   jobs: running {statuses[JobStatus.RUNNING]}  placed {statuses[JobStatus.PLACED]}  "
-        f"queued {statuses[JobStatus.QUEUED]} (blocked {blocked})  finished {len(state.finished)}",
-        (f"   alerts {n_alerts}", "bold #ffd75f" if n_alerts else ""),
-    )
 
 
 def console_css() -> Path:

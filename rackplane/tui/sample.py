@@ -6,12 +6,15 @@ out of spares); jobs finish so free nodes scatter; a 16-node job arrives (Auto D
 when needed), a low-priority 32-node job stays blocked by topology and a huge one by capacity;
 in the last hour a node degrades, two are cordoned, a rack spends both spares on swaps, a node
 flaps, and an operator's bad command is rejected. Same seed, same events (any hash seed).
+`demo_source` goes on from there: the operator's commands go through the same engine.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from rackplane.engine import Engine
@@ -34,6 +37,7 @@ from rackplane.models import (
     Topology,
 )
 from rackplane.policies import default_policies
+from rackplane.tui.sources import EngineSource
 
 START = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -85,6 +89,34 @@ class _Story:
 def sample_events(racks: int = 16, seed: int = 7, *, defrag: bool = True) -> list[Event]:
     """The story's events on `racks` racks (at least 8); without Auto Defrag (`defrag=False`)
     the jobs blocked by topology stay blocked, for an operator to defrag."""
+    return _told(racks, seed, defrag).events
+
+
+def demo_source(
+    racks: int = 16, seed: int = 7, *, clock: Callable[[], datetime] | None = None
+) -> EngineSource:
+    """The story, then the in-process engine where it ends, for the console's commands
+    (`rackplane tui --demo`): a cordon or a rack fault is decided and applied, the policies
+    react as in the pipeline, and the console shows it.
+
+    Args:
+        racks: the story's racks (at least 8).
+        seed: the story's seed.
+        clock: "now" for the operator's commands; by default time goes on from the story's
+            end at the wall clock's pace.
+    """
+    s = _told(racks, seed, defrag=True)
+    if clock is None:
+        end, started = s.now, time.monotonic()
+
+        def clock() -> datetime:
+            return end + timedelta(seconds=time.monotonic() - started)
+
+    s.engine.clock = clock
+    return EngineSource(s.engine, s.events, description=f"demo ({racks} racks, in-process engine)")
+
+
+def _told(racks: int, seed: int, defrag: bool) -> _Story:
     s = _Story(racks, defrag)
     rng = random.Random(seed)
     ckpt = timedelta(minutes=30)
@@ -135,4 +167,4 @@ def sample_events(racks: int = 16, seed: int = 7, *, defrag: bool = True) -> lis
     s.send(CancelJob, job="no-such-job", reason="typo")
     s.now += timedelta(minutes=15)
     s.send(CordonNode, node=free[1], reason="firmware update")
-    return s.events
+    return s

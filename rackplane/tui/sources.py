@@ -1,10 +1,13 @@
 """Where the console's events come from and where its commands go.
 
 A `Source` hands the console the events of one cluster (history first, then new ones as they
-arrive) and the rejected input, and sends the operator's commands. Three of them:
+arrive) and the rejected input, and sends the operator's commands. Four of them:
 - `MemorySource`: a list of events; commands are kept in `sent` (tests, snapshots, benchmarks);
+- `EngineSource`: the in-process engine (`rackplane tui --demo`): each command is decided and
+  applied at once, the policies react, and the events are delivered as a live log's would be;
 - `LiveSource`: a running pipeline over Kafka; commands go to the commands topic exactly as the
-  CLI sends them (`Client.send`), keyed by cluster;
+  CLI sends them (`Client.send`), keyed by cluster; it gives up on a broker that does not
+  answer within `CONNECT_TIMEOUT_S`, naming the address;
 - `history_source(path)`: a recorded history (DuckDB file or Parquet folder, read through
   `rackplane.history`); read-only.
 The time travel does not depend on the source: the console folds whatever events it is given.
@@ -23,10 +26,14 @@ from pydantic import ValidationError
 from rackplane.models import Command, Event, Rejection
 
 if TYPE_CHECKING:
+    from rackplane.engine import Engine
     from rackplane.streams.config import StreamConfig
 
 OnEvents = Callable[[list[Event]], None]
 OnRejections = Callable[[list[Rejection]], None]
+CONNECT_TIMEOUT_S = 8.0
+"""How long the live source waits for the broker's first answer before it says it cannot
+reach it (the console then shows that in its banner, and tries again)."""
 
 
 class SourceError(RuntimeError):
@@ -44,18 +51,36 @@ class Source(Protocol):
     description: str
     live: bool
     """True when new events keep arriving (and commands can be sent)."""
+    mode: str
+    """What the status line calls a live source at its head: LIVE (a broker), DEMO (the
+    in-process engine)."""
+    connected: bool
+    """False until the source reaches what it reads (a broker); the console says so."""
 
     async def run(self, on_events: OnEvents, on_rejections: OnRejections) -> None:
-        """Deliver the history, then (when live) new events until cancelled."""
+        """Deliver the history, then (when live) new events until cancelled.
+
+        Raises:
+            SourceError: it cannot (or can no longer) serve; the message names where.
+        """
         ...
 
-    async def send(self, command: Command) -> None:
-        """Send one command; raises `SourceError` when it cannot."""
+    async def send(self, command: Command) -> Sequence[Event] | None:
+        """Send one command; return the events it caused when the source applied it itself
+        (the in-process engine), None when it only sent it (they come back on the log).
+
+        Raises:
+            SourceError: it cannot be sent.
+        """
         ...
 
 
 class MemorySource:
-    """Events from a list; sent commands are kept, in order, in `sent`."""
+    """Events from a list; sent commands are kept, in order, in `sent` (and do nothing)."""
+
+    mode = "LIVE"
+    """A stand-in for a live log (tests)."""
+    connected = True
 
     def __init__(
         self,
@@ -90,14 +115,46 @@ class MemorySource:
         if self._on_events is not None:
             self._on_events(list(events))
 
-    async def send(self, command: Command) -> None:
+    async def send(self, command: Command) -> Sequence[Event] | None:
         if not self.live:
             raise ReadOnlySource(f"{self.description} is read-only: commands cannot be sent")
         self.sent.append(command)
+        return None
+
+
+class EngineSource(MemorySource):
+    """The in-process engine: a command is decided against its state and applied at once, the
+    policies react to it, and every event that follows is delivered as from a live log
+    (`rackplane tui --demo`: a cordon or a rack fault really happens there and shows).
+
+    Args:
+        engine: the engine, at the state `events` fold to.
+        events: the events so far (the story the demo starts from).
+        description: what the status line says the source is.
+    """
+
+    mode = "DEMO"
+
+    def __init__(
+        self, engine: Engine, events: Sequence[Event], *, description: str = "in-process engine"
+    ) -> None:
+        super().__init__(events, cluster=engine.state.cluster, description=description)
+        self.engine = engine
+
+    async def send(self, command: Command) -> list[Event]:
+        try:
+            events = self.engine.handle(command)
+        except Exception as err:  # a policy loop, a command for another cluster: said plainly
+            raise SourceError(f"the engine could not apply {command.type}: {err}") from err
+        self.sent.append(command)
+        self.push(events)
+        return events
 
 
 class LiveSource:
     """A running pipeline: tails the events and rejected topics, sends to the commands topic."""
+
+    mode = "LIVE"
 
     def __init__(
         self,
@@ -107,6 +164,7 @@ class LiveSource:
         prefix: str = "rackplane",
         config: StreamConfig | None = None,
         sign: Callable[[Command], Command] | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
         """Args:
         broker: kafka://host:port.
@@ -115,6 +173,7 @@ class LiveSource:
         config: the full connection settings (security included) when the caller has them;
             `broker` and `prefix` are then taken from it.
         sign: signs each command sent (the operator's key file: `KeyFile.sign`).
+        connect_timeout: seconds to wait for the broker's first answer.
         """
         self.sign = sign
         from rackplane.streams.config import StreamConfig
@@ -127,33 +186,34 @@ class LiveSource:
         self.cluster = cluster or ""
         self.description = f"{self.config.broker} ({self.config.prefix}.*)"
         self.live = True
+        self.connected = False
+        self.connect_timeout = connect_timeout
         self._client: object | None = None
 
-    async def first_cluster(self, timeout: float = 10.0) -> str:
+    async def first_cluster(self, client: object, timeout: float = 10.0) -> str:
         """The cluster of the first event on the log (when none was named)."""
-        from rackplane.streams.client import Client
 
         async def first() -> str:
-            async with Client(self.config) as client:
-                async for event in client.events():
-                    return event.cluster
+            async for event in client.events():  # type: ignore[attr-defined]
+                return str(event.cluster)
             raise SourceError("the event log ended")
 
         try:
             return await asyncio.wait_for(first(), timeout)
         except TimeoutError:
             raise SourceError(
-                f"no event on {self.config.topic('events')} within {timeout:.0f} s: "
-                "is the pipeline running? (or pass --cluster)"
+                f"{self.config.broker} answers, but no event on {self.config.topic('events')} "
+                f"within {timeout:.0f} s: is the pipeline running? (or pass --cluster)"
             ) from None
 
     async def run(self, on_events: OnEvents, on_rejections: OnRejections) -> None:
         from rackplane.streams.client import Client
 
         try:
-            if not self.cluster:
-                self.cluster = await self.first_cluster()
-            async with Client(self.config) as client:
+            async with Client(self.config, connect_timeout=self.connect_timeout) as client:
+                self.connected = True
+                if not self.cluster:
+                    self.cluster = await self.first_cluster(client)
                 self._client = client
                 try:
                     await asyncio.gather(
@@ -168,6 +228,8 @@ class LiveSource:
             raise SourceError(
                 f"cannot reach {self.description}: {type(err).__name__}: {err}"
             ) from err
+        finally:
+            self.connected = False
 
     async def _tail(self, client: object, topic: str, deliver: Callable[[list], None]) -> None:  # type: ignore[type-arg]
         from rackplane.models import REJECTIONS
@@ -175,7 +237,14 @@ class LiveSource:
         from rackplane.streams.eventlog import is_marker
 
         consumer = client.reader(topic)  # type: ignore[attr-defined]
-        await consumer.start()
+        try:
+            await asyncio.wait_for(consumer.start(), self.connect_timeout)
+        except TimeoutError:
+            await consumer.stop()
+            raise SourceError(
+                f"cannot reach {self.description}: no answer for {self.config.topic(topic)} "
+                f"within {self.connect_timeout:.0f} s"
+            ) from None
         key = self.cluster.encode()
         try:
             while True:
@@ -201,6 +270,7 @@ class LiveSource:
             await consumer.stop()
 
     async def send(self, command: Command) -> None:
+        """Send to the commands topic; the events it causes come back on the log."""
         client = self._client
         if client is None:
             raise SourceError("not connected to the broker yet")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import DataTable, Input, Static
 
 from rackplane.models import (
@@ -11,12 +12,16 @@ from rackplane.models import (
     PlaceJob,
     PlanDefrag,
     PreemptJobs,
+    RackHealth,
+    ReportRackHealth,
     SubmitJob,
     UncordonNode,
 )
+from rackplane.tui._actions import outcome
+from rackplane.tui._cells import FAILED_MARK, LABEL_SEGMENTS
 from rackplane.tui._cluster_grid import ClusterGrid
 from rackplane.tui._dialogs import ConfirmScreen, SubmitScreen
-from tests.tui.conftest import ACTOR, SIZE
+from tests.tui.conftest import ACTOR, NOW, SIZE, console
 
 
 async def _select_job(app, pilot, job: str) -> None:  # type: ignore[no-untyped-def]
@@ -180,8 +185,126 @@ async def test_no_action_is_sent_from_the_past_or_from_a_history(make_app) -> No
     app, source = make_app(live=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        for key in "cusxdi":
+        for key in "cufsxdi":
             await pilot.press(key)
             await pilot.pause()
             assert not isinstance(app.screen, ConfirmScreen | SubmitScreen)
     assert source.sent == []
+
+
+async def test_rack_fault_sends_report_rack_health_for_the_selected_rack(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, source = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.query_one(ClusterGrid).select("r005", "r005n03")
+        await pilot.press("f")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.title_ == "Report rack r005 failed?"
+        assert "mid-01" in app.screen.body  # the jobs it takes down are named
+        await pilot.press(*"NVSwitch tray 2", "enter")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+    assert source.sent == [
+        ReportRackHealth(
+            id="t-1",
+            cluster="demo-16",
+            actor=ACTOR,
+            rack="r005",
+            health=RackHealth.FAILED,
+            cause="NVSwitch tray 2",
+        )
+    ]
+
+
+async def _until(pilot, holds, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Wait for the screen to show what `holds` checks (up to 10 s: views flush at 4 Hz)."""
+    for _ in range(100):
+        if holds():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"not shown within 10 s: {what}")
+
+
+def _cell(grid: ClusterGrid, node: str) -> str:
+    """The glyphs of a node's cell as the grid renders its rack."""
+    rack = grid.state.nodes[node].rack  # type: ignore[union-attr]
+    row = grid.rows[rack]
+    return row.segments[LABEL_SEGMENTS + row.nodes.index(node)].text
+
+
+async def test_in_the_demo_a_cordon_and_a_rack_fault_really_happen_and_show() -> None:
+    from rackplane.tui.sample import demo_source
+
+    app = console(demo_source(16, clock=lambda: NOW))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = app.query_one(ClusterGrid)
+        assert "DEMO" in str(app.query_one("#status", Static).render())
+        assert "LIVE" not in str(app.query_one("#status", Static).render())
+        node = "r003n07"
+        assert not grid.state.nodes[node].cordoned  # type: ignore[union-attr]
+        grid.select("r003", node)
+        await pilot.press("c")
+        await pilot.pause()
+        await pilot.press(*"fan", "enter")
+        await _until(pilot, lambda: _cell(grid, node) == "c ", f"{node} cordoned")
+        assert grid.state.nodes[node].cordoned  # type: ignore[union-attr]
+        assert "applied CordonNode: NodeCordoned" in [n.message for n in app._notifications]
+
+        grid.select("r005")
+        await pilot.press("f")
+        await pilot.pause()
+        await pilot.press(*"NVSwitch tray 2", "enter")
+        await _until(pilot, lambda: grid.rows["r005"].segments[1].text == FAILED_MARK,
+                     "r005 marked failed")  # fmt: skip
+        r005 = grid.state.racks["r005"]  # type: ignore[union-attr]
+        assert not r005.healthy and r005.cause == "NVSwitch tray 2"
+        said = [n.message for n in app._notifications][-1]
+        assert said.startswith("applied ReportRackHealth: RackFailed")
+        assert all(grid.state.nodes[n].job is None for n in grid.rows["r005"].nodes)  # type: ignore[union-attr]
+
+        await pilot.press("f")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.title_ == "Report rack r005 recovered?"
+        await pilot.press("enter")
+        await _until(pilot, lambda: grid.rows["r005"].segments[1].text == " ", "r005 recovered")
+        assert grid.state.racks["r005"].healthy  # type: ignore[union-attr]
+    assert [type(c) for c in app.sent] == [CordonNode, ReportRackHealth, ReportRackHealth]
+
+
+async def test_an_applied_command_says_what_it_did_or_why_it_was_refused() -> None:
+    from rackplane.tui.sample import demo_source
+
+    source = demo_source(8, clock=lambda: NOW)
+    cordon = CordonNode(id="t-9", cluster="demo-8", actor=ACTOR, node="r000n00")
+    assert outcome(cordon, None) == ("sent CordonNode t-9", "information")
+    assert outcome(cordon, await source.send(cordon)) == (
+        "applied CordonNode: NodeCordoned", "information")  # fmt: skip
+    assert outcome(cordon, await source.send(cordon)) == (
+        "CordonNode t-9 was already applied", "warning")  # fmt: skip
+    again = cordon.model_copy(update={"id": "t-10"})
+    text, severity = outcome(again, await source.send(again))
+    assert (text, severity) == ("CordonNode: nothing to do (node r000n00 is already cordoned)",
+                                "warning")  # fmt: skip
+    cancel = CancelJob(id="t-11", cluster="demo-8", actor=ACTOR, job="no-such-job")
+    text, severity = outcome(cancel, await source.send(cancel))
+    assert severity == "error" and text.startswith("CancelJob rejected (unknown_job): ")
+
+
+def test_the_demo_flag_opens_the_console_on_the_in_process_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from rackplane.cli import app as cli
+    from rackplane.tui import ConsoleApp, EngineSource
+
+    opened = []
+    monkeypatch.setattr(ConsoleApp, "run", lambda self: opened.append(self.source))
+    result = CliRunner().invoke(cli, ["tui", "--demo", "8"])
+    assert result.exit_code == 0, result.output
+    [source] = opened
+    assert isinstance(source, EngineSource) and source.mode == "DEMO"
+    assert source.engine.state.seq == len(source.events) > 0

@@ -7,7 +7,7 @@ from textual.widgets import DataTable, Input, TabbedContent
 
 from rackplane.tui._cluster_grid import ClusterGrid
 from rackplane.tui._dialogs import DetailScreen, GotoScreen
-from rackplane.tui.app import STEP_TIME, ConsoleApp
+from rackplane.tui.app import STEP_TIME, VIEW_FOCUS, ConsoleApp
 from tests.tui.conftest import SIZE, console, story
 
 
@@ -42,6 +42,39 @@ async def test_arrows_move_the_cursor_and_enter_opens_the_rack_detail(make_app) 
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, DetailScreen)
+
+
+async def test_after_switching_views_and_back_the_arrows_and_enter_drive_the_grid(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        tabs = app.query_one(TabbedContent)
+        grid = app.query_one(ClusterGrid)
+        trip = ("2", "jobs"), ("3", "events"), ("4", "alerts"), ("2", "jobs"), ("1", "cluster")
+        for key, view in (*trip, ("3", "events"), ("1", "cluster")):
+            await pilot.press(key)
+            await pilot.pause()
+            assert tabs.active == view
+            assert app.focused is app.query_one(VIEW_FOCUS[view]), (key, app.focused)
+        await pilot.press("down", "down", "right")
+        assert grid.selected == ("r002", "r002n01")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        assert app.screen.title_ == "rack r002 (node r002n01)"
+        await pilot.press("escape")
+        await pilot.pause()
+        # A tab clicked with the mouse hands the keys to its view too, and back again.
+        await pilot.click("#--content-tab-jobs")
+        await pilot.pause()
+        jobs = app.query_one("#jobs-table", DataTable)
+        assert tabs.active == "jobs" and app.focused is jobs
+        await pilot.press("down")
+        assert jobs.cursor_row == 1
+        await pilot.press("1")
+        await pilot.pause()
+        await pilot.press("up")
+        assert app.focused is grid and grid.selected == ("r001", "r001n01")
 
 
 async def test_clicking_a_node_cell_selects_it(make_app) -> None:  # type: ignore[no-untyped-def]
@@ -207,3 +240,33 @@ async def test_the_scrubber_travels_by_time(make_app) -> None:  # type: ignore[n
         await pilot.press(*"yesterday", "enter")
         await pilot.pause()
         assert app.position == t.position_at(at + STEP_TIME)  # a bad answer changes nothing
+
+
+async def test_n_and_p_say_so_when_no_failure_swap_or_preemption_lies_that_way(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        head = len(app.timeline)  # type: ignore[arg-type]
+        await pilot.press("n")  # LIVE, at the head
+        await pilot.pause()
+        assert app.position == head and app.following
+        said = [n.message for n in app._notifications]
+        assert said == [
+            f"no failure, swap or preemption after seq {head}: this is now (LIVE): "
+            "the next one shows as it happens; p jumps back"
+        ]
+        app.travel(1)
+        await pilot.press("p")
+        await pilot.pause()
+        assert app.position == 1
+        assert [n.message for n in app._notifications][-1] == (
+            "no failure, swap or preemption before seq 1"
+        )
+    from rackplane.tui import MemorySource
+
+    empty = console(MemorySource([], cluster="c1"))
+    async with empty.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        await pilot.pause()
+        assert [n.message for n in empty._notifications] == ["no events yet: nothing to jump to"]

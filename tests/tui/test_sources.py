@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 from typer.testing import CliRunner
 
 from rackplane.cli import app as cli
@@ -89,7 +90,22 @@ def test_the_cli_says_clearly_what_is_wrong(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "expected kafka://" in bad.output
 
 
-async def test_a_broker_out_of_reach_is_said_plainly() -> None:
+def _banner(app) -> str:  # type: ignore[no-untyped-def]
+    """The banner's text, "" while it is hidden."""
+    widget = app.main.query_one("#banner", Static)
+    return str(widget.render()) if widget.display else ""
+
+
+async def _banner_saying(app, pilot, words: str) -> str:  # type: ignore[no-untyped-def]
+    """Wait until the banner says `words` (up to 20 s: the CI machine may be loaded)."""
+    for _ in range(200):
+        if words in _banner(app):
+            break
+        await pilot.pause(0.1)
+    return _banner(app)
+
+
+async def test_a_broker_out_of_reach_is_said_plainly_in_a_banner() -> None:
     import socket
 
     from rackplane.tui import LiveSource
@@ -102,14 +118,61 @@ async def test_a_broker_out_of_reach_is_said_plainly() -> None:
         await source.run(lambda _: None, lambda _: None)
     app = console(source)  # type: ignore[arg-type]
     async with app.run_test(size=SIZE) as pilot:
-        for _ in range(100):
-            await pilot.pause(0.1)
-            if app._notifications:
-                break
-        assert any("cannot reach" in n.message for n in app._notifications)
+        said = await _banner_saying(app, pilot, "cannot reach")
+        assert f"cannot reach kafka://127.0.0.1:{port}" in said
+        assert "trying again every 5 s" in said
         await pilot.press("c")
         await pilot.pause()
         assert any("no cluster registered yet" in n.message for n in app._notifications)
+
+
+async def test_a_listener_that_never_answers_is_given_up_on_and_named() -> None:
+    import asyncio
+
+    from rackplane.tui import LiveSource
+    from rackplane.tui.sources import CONNECT_TIMEOUT_S
+
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept_and_say_nothing(_: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        held.append(w)
+
+    server = await asyncio.start_server(accept_and_say_nothing, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    assert LiveSource("kafka://127.0.0.1:1", cluster="c1").connect_timeout == CONNECT_TIMEOUT_S
+    assert CONNECT_TIMEOUT_S <= 10  # the console says so within ~10 s
+    source = LiveSource(f"kafka://127.0.0.1:{port}", cluster="c1", connect_timeout=1.0)
+    app = console(source)  # type: ignore[arg-type]
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert f"connecting to kafka://127.0.0.1:{port}" in _banner(app)
+            said = await _banner_saying(app, pilot, "cannot reach")
+            assert f"127.0.0.1:{port}" in said and "no Kafka answer within 1 s" in said
+    finally:
+        for w in held:
+            w.close()
+        server.close()
+        await server.wait_closed()
+
+
+class _Quiet:
+    """A live source connected to a broker that has no event of its cluster."""
+
+    cluster = "c9"
+    description = "kafka://b:9092 (rackplane.*)"
+    live = True
+    mode = "LIVE"
+    connected = True
+
+
+def test_a_broker_without_events_of_the_cluster_is_said_after_a_while() -> None:
+    from rackplane.tui._lines import QUIET_S, banner
+
+    assert banner(_Quiet(), None, None, QUIET_S / 2) == ("", "")  # type: ignore[arg-type]
+    text, _ = banner(_Quiet(), None, None, QUIET_S)  # type: ignore[arg-type]
+    assert "kafka://b:9092 (rackplane.*) answers, but no event of cluster c9 yet" in text
+    assert banner(_Quiet(), "cannot reach it", None, 0)[0].startswith(" cannot reach it")  # type: ignore[arg-type]
 
 
 def test_the_console_takes_its_broker_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
