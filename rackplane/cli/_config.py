@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,7 +31,25 @@ def load(config_file: Path | None, **flags: Any) -> Loaded:
     try:
         return load_settings(config_file, flags)
     except ConfigError as err:
-        fail(str(err))
+        fail(_one_line(err))
+    except UnicodeDecodeError as err:  # the settings' reader lets this one through
+        path = config_file or os.environ.get("RACKPLANE_CONFIG")
+        fail(f"config file {path}: expected UTF-8 text (byte {err.start} cannot be decoded)")
+
+
+def _one_line(err: ConfigError) -> str:
+    """A YAML syntax error as `config file F:LINE: not valid YAML: PROBLEM` (PyYAML's own text
+    spans four lines, with a caret under the column)."""
+    cause = err.__cause__
+    mark = getattr(cause, "problem_mark", None)
+    head, sep, _ = str(err).partition(": not valid YAML:")
+    if sep and mark is not None:
+        problem = getattr(cause, "problem", None) or "cannot be parsed"
+        context = getattr(cause, "context", None)
+        return f"{head}:{mark.line + 1}: not valid YAML: {problem}" + (
+            f" ({context})" if context else ""
+        )
+    return " ".join(str(err).split())
 
 
 def settings(config_file: Path | None, **flags: Any) -> RackplaneSettings:

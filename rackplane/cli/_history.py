@@ -157,6 +157,8 @@ def export(
             counts = busy(f"exporting to {parquet}", lambda: export_parquet(reader, parquet))
         except HistoryError as err:
             fail(str(err))
+        except OSError as err:
+            fail(f"--parquet: cannot write {parquet}: {err.strerror or err}")
     if json_out:
         print_json({"directory": str(parquet), "rows": counts})
     else:

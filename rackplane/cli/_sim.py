@@ -112,6 +112,8 @@ def capacity(
             _plot_capacity(curve, plot, mark=p)
     except CapacityError as err:
         fail(str(err))
+    except OSError as err:  # only the plot writes a file
+        fail(f"--plot: cannot write {plot}: {err.strerror or err}")
     if as_json:
         data: dict[str, Any] = _capacity_json(single) if single else {}
         if reports:

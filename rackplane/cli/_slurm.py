@@ -72,12 +72,12 @@ def slurm(
     from rackplane.slurm.adapter import SlurmAdapter
 
     checked(ClusterId, cluster, "--cluster")
-    log_to_stderr(log_level)
     if bin_dir is not None and not (bin_dir / "scontrol").is_file():
         fail(f"--bin: no scontrol in {bin_dir}")
     text = None
     if topology is not None:
         text = _checked_topology(topology, cluster, gpus_per_node, domain_nodes)
+    log_to_stderr(log_level)  # after the refusals: a handler outlives a refused command
     s = _settings(config_file, broker, prefix, actor)
     key = _key(s)
     who = key.actor if key is not None else (s.actor or DEFAULT_ACTOR)
@@ -103,7 +103,8 @@ def slurm(
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except Exception as err:  # the broker gone for good, a gap in the log: one line, exit 2
-        fail(f"slurm: {type(err).__name__}: {' '.join(str(err).split())}")
+        text, kind = " ".join(str(err).split()), type(err).__name__
+        fail(f"slurm: {text}" if text.startswith(kind) else f"slurm: {kind}: {text}")
 
 
 def _checked_topology(path: Path, cluster: str, gpus_per_node: int, domain_nodes: int) -> str:

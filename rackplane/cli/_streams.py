@@ -23,17 +23,22 @@ def register(app: typer.Typer) -> None:
 
 def broker(
     port: Annotated[
-        int | None, typer.Option(help="Port to listen on (default: a free one).")
+        int | None,
+        typer.Option(min=1, max=65_535, help="Port to listen on (default: a free one)."),
     ] = None,
     log: Annotated[Path | None, typer.Option(help="File for the broker's output.")] = None,
 ) -> None:
     """Run the embedded Kafka-protocol broker (Tansu, memory storage) until Ctrl-C."""
     from rackplane.streams import EmbeddedBroker, EmbeddedBrokerError
 
+    if log is not None:
+        _check_writable_file(log, "--log")
     try:
         b = EmbeddedBroker(port, log_path=log).start()
     except EmbeddedBrokerError as err:
         fail(str(err))
+    except OSError as err:
+        fail(f"cannot start the embedded broker: {err.strerror or err}")
     errors.print(f"[green]broker ready[/] at {b.url} (memory storage; Ctrl-C stops it)")
     stop = False
 
@@ -174,6 +179,7 @@ def worker(
         config = dataclasses.replace(config, seen_window=seen_window)
     if config.db and config.audit_dir:
         fail("choose one audit sink: --db FILE (DuckDB) or --audit-dir DIR (JSON lines)")
+    _check_paths(config)
     _check_web_port(config.web_bind, config.web_port)
     if config.exactly_once:
         _check_transactions(config)
@@ -185,6 +191,25 @@ def worker(
         fail(str(err))
     except KafkaConnectionError as err:
         fail(f"cannot reach the brokers at {config.broker}: {err}")
+
+
+def _check_writable_file(path: Path, option: str) -> None:
+    """One line when `path` cannot be a file written here: a directory, or no such parent."""
+    if path.is_dir():
+        fail(f"{option}: {path} is a directory; expected a file")
+    if not path.parent.is_dir():
+        fail(f"{option}: cannot write {path}: no directory {path.parent}")
+
+
+def _check_paths(config: StreamConfig) -> None:
+    """The worker's own paths, checked before it talks to a broker (else a traceback once the
+    agents start): the data and audit directories are not files, the history is not a
+    directory and has a parent."""
+    for path, option in ((config.datadir, "--data-dir"), (config.audit_dir, "--audit-dir")):
+        if path and Path(path).exists() and not Path(path).is_dir():
+            fail(f"{option}: {path} is a file; expected a directory")
+    if config.db:
+        _check_writable_file(Path(config.db), "--db")
 
 
 def _check_web_port(bind: str, port: int) -> None:

@@ -56,6 +56,10 @@ def describe(t: Topology) -> dict[str, Any]:
     }
 
 
+def _unreadable(path: Path, err: OSError) -> str:
+    return f"{path}: cannot read it ({err.strerror or err})"
+
+
 @topology_app.command("show")
 def show(
     file: Annotated[Path, typer.Argument(help="A rackplane cluster file (YAML or JSON).")],
@@ -64,8 +68,10 @@ def show(
     """Summarise a cluster file: racks, nodes, GPUs, pods, GPUs per NVLink domain."""
     try:
         topo = load_cluster_file(file).topology
-    except (TopologyFileError, OSError) as err:
+    except TopologyFileError as err:
         fail(str(err))
+    except OSError as err:
+        fail(_unreadable(file, err))
     facts = describe(topo)
     if json_out:
         print_json(facts)
@@ -152,13 +158,18 @@ def import_(
                 k8s, cluster=cluster, pod_label=pod_label, superpod_label=superpod_label
             )
             topo, skipped = result.topology, result.skipped
-    except (TopologyFileError, OSError) as err:
+    except TopologyFileError as err:
         fail(str(err))
+    except OSError as err:
+        fail(_unreadable(Path(err.filename or slurm or k8s or ""), err))
     text = dump_cluster_file(topo)
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text)
+        try:
+            output.write_text(text)
+        except OSError as err:
+            fail(f"--output: cannot write {output}: {err.strerror or err}")
     facts = describe(topo)
     errors.print(
         f"[green]imported[/] cluster {topo.cluster}: {facts['racks']} racks, "

@@ -27,7 +27,17 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from rackplane.models.jobs import MAX_SLICE_NODES
+
 DEFAULT_SLICE_SIZES = (8, 9, 16, 18)
+MAX_RACK_NODES = MAX_SLICE_NODES
+"""The largest rack the model takes: the largest slice rackplane places (1,024 nodes; the exact
+sum's binomial coefficients still fit a float there)."""
+MAX_DRAWS = 1_000_000_000
+"""Most node states one Monte Carlo estimate draws (racks x nodes x trials): ~10 s of numpy."""
+MAX_SWEEP_POINTS = 10_001
+_CHUNK = 2_000_000
+"""Node states drawn at once: bounds the memory of a draw to ~16 MB of floats."""
 
 
 def default_slice_sizes(nodes_per_rack: int, spares: int = 0) -> tuple[int, ...]:
@@ -104,11 +114,17 @@ def unavailability_from(mtbi_days: float, mttr_days: float) -> float:
 
 
 def check_shape(nodes_per_rack: int, slice_size: int, spares: int = 0, racks: int = 1) -> None:
-    """Raise `CapacityError` unless a slice of `slice_size` fits a rack with its spares kept."""
+    """Raise `CapacityError` unless a slice of `slice_size` fits a rack with its spares kept (and
+    the rack has 1 to `MAX_RACK_NODES` nodes, the cluster a rack at least)."""
     if racks < 1:
         raise CapacityError(f"a cluster needs at least one rack, got {racks}")
     if nodes_per_rack < 1:
         raise CapacityError(f"a rack needs at least one node, got {nodes_per_rack}")
+    if nodes_per_rack > MAX_RACK_NODES:
+        raise CapacityError(
+            f"a rack of {nodes_per_rack:,} nodes is beyond the model: at most "
+            f"{MAX_RACK_NODES:,} (an NVL72 rack has 18)"
+        )
     if spares < 0 or spares >= nodes_per_rack:
         raise CapacityError(
             f"spares per rack must be between 0 and {nodes_per_rack - 1}, got {spares}"
@@ -168,24 +184,35 @@ def monte_carlo_usable(
     unavailable with probability P (one seeded generator, the same draws for every size).
 
     Raises:
-        CapacityError: as `usable_nodes`, or fewer than one trial.
+        CapacityError: as `usable_nodes`, fewer than one trial, or more than `MAX_DRAWS` draws.
     """
     if trials < 1:
         raise CapacityError(f"Monte Carlo needs at least one trial, got {trials}")
     for s in slice_sizes:
         check_shape(nodes_per_rack, s, spares, racks)
     _check_probability(unavailability)
+    draws = racks * nodes_per_rack * trials
+    if draws > MAX_DRAWS:
+        raise CapacityError(
+            f"Monte Carlo would draw {draws:,} node states (racks x nodes x trials); at most "
+            f"{MAX_DRAWS:,}: ask for fewer trials"
+        )
     rng = np.random.default_rng(seed)
     totals = dict.fromkeys(slice_sizes, 0.0)
-    chunk = max(1, 2_000_000 // (racks * nodes_per_rack))  # bound memory to ~2M draws
+    # At most _CHUNK draws at once: several trials of a small cluster, or a block of racks of
+    # one trial of a large one.
+    trials_at_once = max(1, _CHUNK // (racks * nodes_per_rack))
+    racks_at_once = max(1, min(racks, _CHUNK // nodes_per_rack))
     done = 0
     while done < trials:
-        m = min(chunk, trials - done)
-        down = rng.random((m, racks, nodes_per_rack)) < unavailability
-        healthy = nodes_per_rack - down.sum(axis=2)
-        room = np.minimum(healthy, nodes_per_rack - spares)
-        for s in slice_sizes:
-            totals[s] += float((s * (room // s)).sum())
+        m = min(trials_at_once, trials - done)
+        for first in range(0, racks, racks_at_once):
+            block = min(racks_at_once, racks - first)
+            down = rng.random((m, block, nodes_per_rack)) < unavailability
+            healthy = nodes_per_rack - down.sum(axis=2)
+            room = np.minimum(healthy, nodes_per_rack - spares)
+            for s in slice_sizes:
+                totals[s] += float((s * (room // s)).sum())
         done += m
     return {s: totals[s] / trials for s in slice_sizes}
 
@@ -258,7 +285,8 @@ def parse_sweep(text: str) -> list[float]:
     """`START:STOP:STEP` -> the probabilities from START to STOP inclusive.
 
     Raises:
-        CapacityError: not three numbers, a step that is not positive, or values outside [0, 1].
+        CapacityError: not three numbers, a step that is not positive, values outside [0, 1],
+            or more than `MAX_SWEEP_POINTS` points.
     """
     parts = text.split(":")
     try:
@@ -270,4 +298,8 @@ def parse_sweep(text: str) -> list[float]:
     if not (0 <= start <= 1 and 0 <= stop <= 1) or stop < start:
         raise CapacityError(f"the sweep must go up within [0, 1], got {start} to {stop}")
     count = math.floor((stop - start) / step + 1e-9) + 1
+    if count > MAX_SWEEP_POINTS:
+        raise CapacityError(
+            f"the sweep has {count:,} points; at most {MAX_SWEEP_POINTS:,}: take a larger step"
+        )
     return [round(start + i * step, 12) for i in range(count)]

@@ -173,3 +173,87 @@ def test_a_slurm_block_larger_than_an_nvlink_domain_is_refused_in_one_line(
     line = one_error_line(runner.invoke(app, [*command, str(path)]))
     assert f"{path}:3: Nodes: expected a block of at most 18 nodes" in line
     assert "block 'b2' has 81" in line
+
+
+@pytest.fixture
+def odd(tmp_path: Path) -> Path:
+    """A directory, a binary file, a YAML syntax error, a file where a directory belongs."""
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "binary.bin").write_bytes(b"\xec\x5e\xa3\x9d" * 8)
+    (tmp_path / "bad.yaml").write_text("broker: [\n  x: 1\n")
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "topology.conf").write_text("BlockName=b1 Nodes=n[01-18]\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        pytest.param(
+            ["config", "show", "--config", "{d}/binary.bin"],
+            "config file {d}/binary.bin: expected UTF-8 text (byte 0 cannot be decoded)",
+            id="a binary config file (was UnicodeDecodeError)",
+        ),
+        pytest.param(
+            ["config", "show", "--config", "{d}/bad.yaml"],
+            "config file {d}/bad.yaml:3: not valid YAML: expected ',' or ']'",
+            id="a config file with a YAML syntax error (was four lines)",
+        ),
+        pytest.param(
+            ["topology", "show", "{d}/adir"],
+            "{d}/adir: cannot read it (Is a directory)",
+            id="topology show of a directory",
+        ),
+        pytest.param(
+            ["topology", "import", "--slurm", "{d}/topology.conf", "-o", "{d}/adir"],
+            "--output: cannot write {d}/adir: Is a directory",
+            id="topology import into a directory (was IsADirectoryError)",
+        ),
+        pytest.param(
+            ["topology", "import", "--slurm", "{d}/topology.conf", "-o", "{d}/no/x.yaml"],
+            "--output: cannot write {d}/no/x.yaml: No such file or directory",
+            id="topology import under a missing directory (was FileNotFoundError)",
+        ),
+        pytest.param(
+            ["capacity", "--racks", "4", "--unavailability", "0.1", "--plot", "{d}/adir"],
+            "--plot: cannot write {d}/adir: Is a directory",
+            id="a capacity plot into a directory (was IsADirectoryError)",
+        ),
+        pytest.param(
+            ["capacity", "--racks", "4", "--nodes-per-rack", "100000", "--unavailability", "0.1"],
+            "a rack of 100,000 nodes is beyond the model: at most 1,024",
+            id="a rack of 100,000 nodes (was OverflowError)",
+        ),
+        pytest.param(
+            ["broker", "--log", "{d}/adir"],
+            "--log: {d}/adir is a directory; expected a file",
+            id="a broker log that is a directory (was IsADirectoryError)",
+        ),
+        pytest.param(
+            ["broker", "--log", "{d}/no/x.log"],
+            "--log: cannot write {d}/no/x.log: no directory {d}/no",
+            id="a broker log under a missing directory (hung)",
+        ),
+        pytest.param(
+            ["worker", *NOWHERE[:2], "--db", "{d}/adir"],
+            "--db: {d}/adir is a directory; expected a file",
+            id="a worker history that is a directory",
+        ),
+        pytest.param(
+            ["worker", *NOWHERE[:2], "--data-dir", "{d}/afile"],
+            "--data-dir: {d}/afile is a file; expected a directory",
+            id="a worker data directory that is a file",
+        ),
+    ],
+)
+def test_odd_paths_and_sizes_are_refused_in_one_line(odd: Path, args: list[str], want: str) -> None:
+    d = str(odd)
+    result = runner.invoke(app, [a.format(d=d) for a in args])
+    assert want.format(d=d) in one_error_line(result)
+
+
+def test_a_broker_port_outside_the_tcp_range_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["broker", "--port", "70000"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "--port" in result.stderr

@@ -1,4 +1,6 @@
-"""`rackplane capacity` with spares and no `--slice-sizes`: the default sizes that fit a rack.
+"""`rackplane capacity` with spares and no `--slice-sizes`: the default sizes that fit a rack;
+questions too large to answer (a rack beyond the model, a Monte Carlo run or a sweep of
+minutes) refused up front.
 
 An NVL72 rack of 18 nodes with 2 spares has room for 16: the default sizes 8, 9, 16 and 18
 used to include 18, so `capacity --spares 2` refused its own defaults.
@@ -7,11 +9,14 @@ used to include 18, so `capacity --spares 2` refused its own defaults.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 
 import pytest
 from typer.testing import CliRunner
 
 from rackplane.cli import app
+from rackplane.sim import capacity
 from rackplane.sim.capacity import DEFAULT_SLICE_SIZES, default_slice_sizes
 
 runner = CliRunner()
@@ -63,3 +68,43 @@ def test_capacity_with_spares_of_a_whole_rack_names_the_spares() -> None:
     assert result.exit_code == 2
     assert "spares per rack must be between 0 and 17, got 18" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("call", "want"),
+    [
+        pytest.param(
+            lambda: capacity.usable_nodes(4, 100_000, 0.1, 16),
+            "a rack of 100,000 nodes is beyond the model: at most 1,024",
+            id="a rack no slice could use (the exact sum would overflow a float)",
+        ),
+        pytest.param(
+            lambda: capacity.monte_carlo_usable(100_000_000, 18, 0.1, (16,), trials=2, seed=0),
+            "Monte Carlo would draw 3,600,000,000 node states (racks x nodes x trials); at most "
+            "1,000,000,000",
+            id="a Monte Carlo estimate that would run for minutes",
+        ),
+        pytest.param(
+            lambda: capacity.parse_sweep("0:0.1:0.0000001"),
+            "the sweep has 1,000,001 points; at most 10,001",
+            id="a sweep of a million points",
+        ),
+    ],
+)
+def test_questions_too_large_to_answer_are_refused_with_the_limit(
+    call: Callable[[], object], want: str
+) -> None:
+    with pytest.raises(capacity.CapacityError, match=re.escape(want)):
+        call()
+
+
+def test_a_cluster_too_large_for_one_draw_is_sampled_in_blocks_of_racks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exact = capacity.usable_nodes(8, 18, 0.1, 16)
+    monkeypatch.setattr(capacity, "_CHUNK", 2 * 18)  # two racks at a time: four blocks a trial
+    sampled = capacity.monte_carlo_usable(8, 18, 0.1, (16,), trials=4_000, seed=5)[16]
+    # usable nodes per trial are in [0, 128]: 4,000 trials put the mean within ~1 node
+    assert abs(sampled - exact) < 2.0
+    again = capacity.monte_carlo_usable(8, 18, 0.1, (16,), trials=4_000, seed=5)[16]
+    assert again == sampled
