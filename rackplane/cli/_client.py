@@ -345,6 +345,8 @@ def _jobs_of(path: Path, owner: str) -> list[JobSpec]:
         data = yaml.safe_load(path.read_text())
     except OSError as err:
         fail(f"{path}: cannot read it ({err.strerror or err})")
+    except UnicodeDecodeError:
+        fail(f"{path}: not a text file (expected a YAML list of jobs)")
     except yaml.YAMLError as err:
         fail(f"{path}: not YAML: {str(err).splitlines()[0]}")
     if isinstance(data, dict) and set(data) == {"jobs"}:

@@ -47,7 +47,6 @@ def recorder(
     from rackplane.logtrust import LogTrust, LogTrustError
     from rackplane.streams.audit_agent import audit_loop
 
-    log_to_stderr(log_level)
     s = settings(config_file, broker=broker, topic_prefix=prefix)
     config = s.stream_config()
     path = db or s.history_db
@@ -64,6 +63,8 @@ def recorder(
         sink = DuckDBAuditSink(path)
     except HistoryError as err:
         fail(str(err))
+    # Only now: a refusal above leaves no handler behind on a stream its caller may close.
+    log_to_stderr(log_level)
 
     async def run() -> int:
         loop = audit_loop(config, sink, where=str(path.resolve()), trust=trust)

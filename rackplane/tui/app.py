@@ -262,7 +262,12 @@ class ConsoleApp(ActionsApp):
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.refresh_views()
         if event.pane.id in VIEW_FOCUS:
-            self.main.query_one(VIEW_FOCUS[event.pane.id]).focus()
+            shown = self.main.query_one(VIEW_FOCUS[event.pane.id])
+            shown.focus()
+            if isinstance(shown, DataTable):
+                # Once the shown pane is laid out (its scrollbars too), bring the cursor row
+                # into view: scrolled before, a scrollbar that came after hid the last row.
+                self.call_after_refresh(lambda: shown.move_cursor(row=shown.cursor_row))
 
     def on_filter_changed(self, event: FilterChanged) -> None:
         self.main.query_one(EventsPane).show(self.shown_events, self.state)

@@ -195,6 +195,11 @@ def odd(tmp_path: Path) -> Path:
             id="a binary config file (was UnicodeDecodeError)",
         ),
         pytest.param(
+            ["submit", "--cluster", "c1", "--file", "{d}/binary.bin", "--actor", "alice"],
+            "{d}/binary.bin: not a text file (expected a YAML list of jobs)",
+            id="a binary jobs file (was UnicodeDecodeError)",
+        ),
+        pytest.param(
             ["config", "show", "--config", "{d}/bad.yaml"],
             "config file {d}/bad.yaml:3: not valid YAML: expected ',' or ']'",
             id="a config file with a YAML syntax error (was four lines)",

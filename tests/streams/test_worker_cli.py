@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from rackplane.cli import app
 from rackplane.projections import initial_state
 from rackplane.projections.state import SEEN_COMMANDS_WINDOW
-from rackplane.streams import EmbeddedBroker
+from rackplane.streams import EmbeddedBroker, free_port
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.process import WorkerProcess
 
@@ -53,9 +53,9 @@ def test_a_fresh_state_takes_the_dedupe_window_it_is_given() -> None:
 def test_the_worker_says_in_one_line_that_it_cannot_reach_the_brokers(
     tmp_path: Path,
 ) -> None:
-    result = runner.invoke(
-        app, ["worker", "--broker", "kafka://127.0.0.1:1", "--data-dir", str(tmp_path)]
-    )
+    argv = ["worker", "--broker", "kafka://127.0.0.1:1", "--data-dir", str(tmp_path)]
+    # a free web port: the worker checks its port before the brokers (6066 may be taken)
+    result = runner.invoke(app, [*argv, "--web-port", str(free_port())])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     (line,) = [x for x in result.stderr.strip().splitlines() if x.startswith("error:")]

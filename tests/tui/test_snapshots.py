@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from textual.pilot import Pilot
 
 from rackplane.tui import MemorySource
 from tests.tui.conftest import SIZE, console, story
@@ -21,4 +22,11 @@ from tests.tui.conftest import SIZE, console, story
 )
 def test_view_snapshot(snap_compare, keys: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     app = console(MemorySource(story()))
-    assert snap_compare(app, press=keys, terminal_size=SIZE)
+
+    async def settled(pilot: Pilot[None]) -> None:
+        await pilot.press(*keys)
+        for _ in range(5):  # what the keys scheduled after the next refreshes (cursor scroll)
+            await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(app, run_before=settled, terminal_size=SIZE)
