@@ -44,18 +44,14 @@ def recorder(
 ) -> None:
     """Record the pipeline's events, commands and rejections into one DuckDB history."""
     from rackplane.history import DuckDBAuditSink, HistoryError
-    from rackplane.logtrust import LogTrust, LogTrustError
+    from rackplane.logtrust import LogTrustError
     from rackplane.streams.audit_agent import audit_loop
 
     s = settings(config_file, broker=broker, topic_prefix=prefix)
     config = s.stream_config()
     path = db or s.history_db
     try:
-        trust = (
-            LogTrust.of(config.log_keys, unsigned_prefix=config.unsigned_log_prefix)
-            if config.log_keys
-            else None
-        )
+        trust = config.log_trust()
     except LogTrustError as err:
         fail(str(err))
     asyncio.run(_reachable(config.kafka_options(), s.broker))

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
-from rackplane.logtrust import Judge, LogTrust
+from rackplane.logtrust import Judge
 from rackplane.models import REJECTIONS, TELEMETRY, Command, Event, NodeTelemetry, Rejection
 from rackplane.streams.codec import decode_event, encode_command
 from rackplane.streams.config import StreamConfig
@@ -60,11 +60,7 @@ class Client:
         self.config = config
         self.connect_timeout = connect_timeout
         self.producer = AIOKafkaProducer(**config.kafka_options(), acks="all", linger_ms=linger_ms)
-        self.trust = (
-            LogTrust.of(config.log_keys, unsigned_prefix=config.unsigned_log_prefix)
-            if config.log_keys
-            else None
-        )
+        self.trust = config.log_trust()
         self.judge: Judge[int] = Judge(self.trust)
 
     @property

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rackplane.logtrust import LogTrust
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,18 @@ class StreamConfig:
     unsigned_log_prefix: bool = False
     """Take a partition's unsigned events until its first signed one (a log written before
     the workers had keys; see docs/OPERATIONS.md)."""
+
+    def log_trust(self) -> LogTrust | None:
+        """What a reader that is no worker trusts: the `log_keys` (None: none set, every
+        event is taken).
+
+        Raises:
+            LogTrustError: a log key is not an Ed25519 public key."""
+        from rackplane.logtrust import LogTrust
+
+        if not self.log_keys:
+            return None
+        return LogTrust.of(self.log_keys, unsigned_prefix=self.unsigned_log_prefix)
 
     def web_problem(self) -> str | None:
         """Why the views may not be served as configured (None: they may)."""

@@ -29,7 +29,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from rackplane.logtrust import LogTrust
 from rackplane.models import Event
 from rackplane.projections import ClusterState
 from rackplane.streams._partition_reader import highwater
@@ -69,11 +68,7 @@ class LiveLog:
         """
         self.config = config
         self.timeout = timeout
-        trust = (
-            LogTrust.of(config.log_keys, unsigned_prefix=config.unsigned_log_prefix)
-            if config.log_keys
-            else None
-        )
+        trust = config.log_trust()
         kafka = config.kafka_options()
         self.topic = config.topic("events")
         self.events = EventLog(
