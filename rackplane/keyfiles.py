@@ -125,6 +125,11 @@ def load_key(path: Path) -> KeyFile:
         text = path.read_text()
     except OSError as err:
         raise KeyFileError(f"{path}: cannot read the key file: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise KeyFileError(
+            f"{path}: not a rackplane key file (expected UTF-8 text; byte {err.start} cannot be"
+            " decoded)"
+        ) from None
     if mode & 0o027:
         raise KeyFileError(
             f"{path}: others can read or change this key file (mode {mode & 0o777:o}): chmod 600 it"

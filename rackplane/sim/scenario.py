@@ -234,6 +234,10 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as err:
         raise ScenarioError(f"{path}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ScenarioError(
+            f"{path}: expected UTF-8 text (byte {err.start} cannot be decoded)"
+        ) from None
 
 
 def _first(err: ValidationError) -> str:

@@ -200,6 +200,16 @@ def odd(tmp_path: Path) -> Path:
             id="a binary jobs file (was UnicodeDecodeError)",
         ),
         pytest.param(
+            ["simulate", "{d}/binary.bin"],
+            "{d}/binary.bin: expected UTF-8 text (byte 0 cannot be decoded)",
+            id="a binary scenario file (was UnicodeDecodeError)",
+        ),
+        pytest.param(
+            ["keys", "show", "{d}/binary.bin"],
+            "{d}/binary.bin: not a rackplane key file (expected UTF-8 text; byte 0 cannot",
+            id="a binary key file (was UnicodeDecodeError)",
+        ),
+        pytest.param(
             ["config", "show", "--config", "{d}/bad.yaml"],
             "config file {d}/bad.yaml:3: not valid YAML: expected ',' or ']'",
             id="a config file with a YAML syntax error (was four lines)",
