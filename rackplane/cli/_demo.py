@@ -19,14 +19,12 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 from rich.table import Table
 
 from rackplane.cli._render import console, fail, occupancy_table, pod_table, summary_table
-from rackplane.engine import Engine
-from rackplane.importers import ClusterFile, TopologyFileError, load_cluster_file
 from rackplane.models import (
     Command,
     CompleteJob,
@@ -40,8 +38,11 @@ from rackplane.models import (
     StartJob,
     SubmitJob,
 )
-from rackplane.policies import default_policies
 from rackplane.projections import cluster_summary, rack_occupancy
+
+if TYPE_CHECKING:  # the engine, its policies and the importers load when the story runs
+    from rackplane.engine import Engine
+    from rackplane.importers import ClusterFile
 
 DEFAULT_CLUSTER = Path("examples/gb200-128.yaml")
 START = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -182,6 +183,10 @@ def demo(
     ),
 ) -> None:
     """Run a short in-process story: placement, failures, swaps, a migration, a defrag."""
+    from rackplane.engine import Engine
+    from rackplane.importers import TopologyFileError, load_cluster_file
+    from rackplane.policies import default_policies
+
     path = _cluster_path(cluster)
     try:
         topo = load_cluster_file(path)

@@ -8,31 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rackplane.cli._defaults import DEFAULT_SLICE_SIZES, PRESETS
 from rackplane.cli._render import console, fail, print_json
-from rackplane.policies import PRESETS
-from rackplane.sim import (
-    COLUMNS,
-    DEFAULT_SLICE_SIZES,
-    CapacityError,
-    CapacityReport,
-    ScenarioError,
-    SimReport,
-    capacity_report,
-    compare,
-    format_value,
-    load_scenario,
-    parse_sweep,
-    reliability,
-    unavailability_from,
-)
-from rackplane.sim.capacity import default_slice_sizes
+
+if TYPE_CHECKING:
+    from rackplane.sim import CapacityReport, SimReport
 
 _stderr = Console(stderr=True)
 _DEFAULT_SWEEP = "0:0.1:0.0025"
@@ -83,6 +70,9 @@ def capacity(
     nodes are R times the expectation of s * floor(min(k, N - spares) / s) over
     k ~ Binomial(N, 1 - P).
     """
+    from rackplane.sim import CapacityError, capacity_report, parse_sweep
+    from rackplane.sim.capacity import default_slice_sizes
+
     try:
         sizes = (
             default_slice_sizes(nodes_per_rack, spares)
@@ -131,6 +121,8 @@ def capacity(
 
 
 def _int_list(text: str) -> list[int]:
+    from rackplane.sim import CapacityError
+
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -143,6 +135,8 @@ def _int_list(text: str) -> list[int]:
 def _probability(
     p: float | None, mtbi: float | None, mttr: float | None, *, required: bool
 ) -> float | None:
+    from rackplane.sim import CapacityError, unavailability_from
+
     if p is not None and (mtbi is not None or mttr is not None):
         raise CapacityError("give --unavailability or --mtbi-days with --mttr-days, not both")
     if (mtbi is None) != (mttr is None):
@@ -253,6 +247,8 @@ def reliability_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """How often a rack, and some rack of the cluster, is interrupted."""
+    from rackplane.sim import reliability
+
     try:
         r = reliability(mtbi_days, nodes_per_rack, racks)
     except ValueError as err:
@@ -289,6 +285,8 @@ def simulate_command(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG comparing the policies.")] = None,
 ) -> None:
     """Run the real controller and policies on a simulated cluster, in virtual time."""
+    from rackplane.sim import ScenarioError, compare, load_scenario
+
     if policy is not None and compare_policies is not None:
         fail("give --policy or --compare, not both")
     try:
@@ -340,6 +338,8 @@ def simulate_command(
 
 
 def _policies_table(report: SimReport) -> Table:
+    from rackplane.sim import COLUMNS, format_value
+
     t = Table(title="Policies side by side", title_justify="left", header_style="bold")
     t.add_column("metric")
     for m in report.policies:

@@ -19,7 +19,6 @@ import typer
 from rackplane.cli._client import Broker, Cluster, Prefix, _key, _settings
 from rackplane.cli._config import ConfigFile
 from rackplane.cli._render import checked, errors, fail, log_to_stderr
-from rackplane.importers import TopologyFileError, parse_slurm_topology
 from rackplane.models import Actor as ActorId
 from rackplane.models import ClusterId
 
@@ -110,6 +109,8 @@ def slurm(
 def _checked_topology(path: Path, cluster: str, gpus_per_node: int, domain_nodes: int) -> str:
     """The text of `--topology`, refused in one line up front when the adapter could not use it
     (it would only log a warning at each read and place nothing)."""
+    from rackplane.importers import TopologyFileError, parse_slurm_topology
+
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

@@ -10,16 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from rackplane.cli._defaults import POD_LABEL, SUPERPOD_LABEL
 from rackplane.cli._render import console, errors, fail, print_json
-from rackplane.importers import (
-    POD_LABEL,
-    SUPERPOD_LABEL,
-    TopologyFileError,
-    dump_cluster_file,
-    load_cluster_file,
-    load_k8s_nodes,
-    load_slurm_topology_with_notes,
-)
 from rackplane.models import Topology, TopologyIndex, printable
 
 topology_app = typer.Typer(help="Inspect cluster files; import Slurm and Kubernetes topologies.")
@@ -66,6 +58,8 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Summarise a cluster file: racks, nodes, GPUs, pods, GPUs per NVLink domain."""
+    from rackplane.importers import TopologyFileError, load_cluster_file
+
     try:
         topo = load_cluster_file(file).topology
     except TopologyFileError as err:
@@ -139,6 +133,13 @@ def import_(
     ] = SUPERPOD_LABEL,
 ) -> None:
     """Turn a Slurm block or tree topology or Kubernetes node list into a rackplane cluster file."""
+    from rackplane.importers import (
+        TopologyFileError,
+        dump_cluster_file,
+        load_k8s_nodes,
+        load_slurm_topology_with_notes,
+    )
+
     if (slurm is None) == (k8s is None):
         fail("give exactly one of --slurm FILE or --k8s FILE")
     skipped: tuple[tuple[str, str], ...] = ()

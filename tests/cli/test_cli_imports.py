@@ -1,0 +1,73 @@
+"""What `rackplane` loads before it runs a command: every command pays for it.
+
+The live read commands and `submit` must answer within a second on a 128-rack cluster, and
+importing the CLI was most of that. These are behaviour tests, not timings: they name the
+heavy packages that must stay out of the CLI's start and out of the read and submit paths.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rackplane.cli import _defaults
+
+# numpy: rackplane.sim and the history; duckdb: the history; faust: the worker; textual: the
+# console; matplotlib: the plots; networkx: the fabric graph, built only by commands that place.
+HEAVY = ("numpy", "duckdb", "faust", "mode", "textual", "matplotlib", "networkx")
+# The core packages a read or a submit has no use for (the sim loads numpy; policies, engine
+# and importers are rules and parsers the worker and the planning commands use).
+UNNEEDED_CORE = ("rackplane.sim", "rackplane.policies", "rackplane.engine", "rackplane.importers")
+
+
+def _loaded_after(*modules: str) -> set[str]:
+    """The top-level packages and rackplane packages in a fresh interpreter after importing
+    `modules`."""
+    code = (
+        "import json, sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    names = json.loads(out.stdout)
+    return {n.split(".")[0] for n in names} | {
+        ".".join(n.split(".")[:2]) for n in names if n.startswith("rackplane.")
+    }
+
+
+def test_starting_the_cli_loads_no_heavy_package() -> None:
+    loaded = _loaded_after("rackplane.cli")
+    assert sorted(loaded & {*HEAVY, *UNNEEDED_CORE}) == []
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        pytest.param(
+            (
+                "rackplane.cli",
+                "rackplane.streams.live",
+                "rackplane.streams.projection_agent",
+                "rackplane.projections.timeline",
+            ),
+            id="the read commands (status, jobs, job, racks, rack)",
+        ),
+        pytest.param(("rackplane.cli", "rackplane.streams.client"), id="submit and the client"),
+    ],
+)
+def test_a_read_or_a_submit_loads_no_heavy_package(modules: tuple[str, ...]) -> None:
+    loaded = _loaded_after(*modules)
+    assert sorted(loaded & {*HEAVY, *UNNEEDED_CORE}) == []
+
+
+def test_the_defaults_the_help_names_are_the_cores() -> None:
+    from rackplane.importers import POD_LABEL, SUPERPOD_LABEL
+    from rackplane.policies import PRESETS
+    from rackplane.sim import DEFAULT_SLICE_SIZES
+
+    assert _defaults.DEFAULT_SLICE_SIZES == DEFAULT_SLICE_SIZES
+    assert _defaults.PRESETS == PRESETS
+    assert (_defaults.POD_LABEL, _defaults.SUPERPOD_LABEL) == (POD_LABEL, SUPERPOD_LABEL)
