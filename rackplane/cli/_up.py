@@ -45,10 +45,15 @@ def up(
     open the operator console on it (quitting the console stops everything)."""
     from rackplane.importers import TopologyFileError, load_cluster_file
     from rackplane.streams import EmbeddedBroker, EmbeddedBrokerError
-    from rackplane.streams.config import StreamConfig
+    from rackplane.streams.config import StreamConfig, bootstrap_of
     from rackplane.streams.demo_load import LoadSettings
     from rackplane.streams.process import WorkerError, WorkerProcess
 
+    if broker is not None:
+        try:
+            bootstrap_of(broker)
+        except ValueError as err:
+            fail(f"--broker: {err}")
     try:
         cf = load_cluster_file(cluster)
     except (TopologyFileError, OSError) as err:

@@ -24,7 +24,7 @@ from pydantic_settings import (
 )
 
 from rackplane.models import Actor, PolicySettings
-from rackplane.streams.config import KafkaSecurity, StreamConfig
+from rackplane.streams.config import KafkaSecurity, StreamConfig, bootstrap_of
 
 POLICY_AGENTS = ("spare_swap", "tas", "defrag")
 """The policy agents a worker can run (kept equal to `rackplane.streams.app.POLICIES`)."""
@@ -189,10 +189,7 @@ class RackplaneSettings(BaseSettings):
     @field_validator("broker")
     @classmethod
     def _kafka_url(cls, value: str) -> str:
-        try:
-            StreamConfig(broker=value).bootstrap  # noqa: B018  (validates the URL)
-        except ValueError:
-            raise ValueError(f"{value!r}: expected kafka://host:port[,host:port]") from None
+        bootstrap_of(value)  # a ValueError names the URL and what is wrong with it
         return value
 
     @field_validator("policies", mode="before")

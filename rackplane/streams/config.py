@@ -81,6 +81,36 @@ class KafkaSecurity:
         return None
 
 
+def bootstrap_of(broker: str) -> str:
+    """The `host:port[,host:port]` of a `kafka://host:port[,host:port]` broker URL.
+
+    Refused here, before any client sees it: another scheme, no address, an empty host, and a
+    port that is not a whole number from 1 to 65535 (aiokafka would raise OverflowError deep in
+    its connect, or wait for a port nothing can listen on).
+
+    Raises:
+        ValueError: `'URL': why`, naming the address at fault.
+    """
+    scheme, sep, rest = broker.partition("://")
+    if not sep or scheme != "kafka" or not rest.rstrip("/"):
+        raise ValueError(f"{broker!r}: expected kafka://host:port[,host:port]")
+    addresses = rest.rstrip("/").split(",")
+    for address in addresses:
+        host, colon, port = address.rpartition(":")
+        where = f"{broker!r}: {address!r}" if len(addresses) > 1 else repr(broker)
+        if not address:
+            raise ValueError(f"{where}: an empty address (expected host:port[,host:port])")
+        if not colon:
+            raise ValueError(f"{where}: no port (expected host:port)")
+        if not host.strip("[]"):
+            raise ValueError(f"{where}: no host (expected host:port)")
+        if any(c.isspace() or not c.isprintable() for c in host):
+            raise ValueError(f"{where}: the host holds a space or a control character")
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"{where}: port {port!r} is not a TCP port (1-65535)")
+    return ",".join(addresses)
+
+
 MIN_TOKEN_CHARS = 16
 """A web token shorter than this is refused (`secrets.token_urlsafe(32)` gives 43)."""
 
@@ -185,11 +215,15 @@ class StreamConfig:
 
     @property
     def bootstrap(self) -> str:
-        """`host:port[,host:port]` for Kafka clients, from `kafka://...`."""
-        scheme, sep, rest = self.broker.partition("://")
-        if not sep or scheme != "kafka" or not rest:
-            raise ValueError(f"broker {self.broker!r}: expected kafka://host:port[,host:port]")
-        return rest.rstrip("/")
+        """`host:port[,host:port]` for Kafka clients, from `kafka://...`.
+
+        Raises:
+            ValueError: `broker 'URL': why` (see `bootstrap_of`).
+        """
+        try:
+            return bootstrap_of(self.broker)
+        except ValueError as err:
+            raise ValueError(f"broker {err}") from None
 
     @property
     def faust_broker(self) -> str:

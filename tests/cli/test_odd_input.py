@@ -272,3 +272,70 @@ def test_a_broker_port_outside_the_tcp_range_is_a_usage_error() -> None:
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert "--port" in result.stderr
+
+
+OVERFLOW = "kafka://127.0.0.1:99999"
+"""A port above 65535: aiokafka raised OverflowError from inside its connect."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["register", str(FIXTURES.parent.parent / "examples" / "gb200-128.yaml")],
+                     id="register"),
+        pytest.param(["submit", "--job", "j1", "--nodes", "2", "--cluster", "c1"], id="submit"),
+        pytest.param(["cancel", "--job", "j1", "--cluster", "c1"], id="cancel"),
+        pytest.param(["cordon", "--node", "n1", "--cluster", "c1"], id="cordon"),
+        pytest.param(["uncordon", "--node", "n1", "--cluster", "c1"], id="uncordon"),
+        pytest.param(["health", "--node", "n1", "--state", "failed", "--cluster", "c1"],
+                     id="health"),
+        pytest.param(["repair", "--node", "n1", "--cluster", "c1"], id="repair"),
+        pytest.param(["allow-interactive", "--cluster", "c1"], id="allow-interactive"),
+        pytest.param(["rack-health", "--rack", "r1", "--state", "failed", "--cluster", "c1"],
+                     id="rack-health"),
+        pytest.param(["keys", "revoke", "k1", "--cluster", "c1"], id="keys revoke"),
+        pytest.param(["status"], id="status"),
+        pytest.param(["jobs", "--cluster", "c1"], id="jobs"),
+        pytest.param(["job", "j1", "--cluster", "c1"], id="job"),
+        pytest.param(["racks", "--cluster", "c1"], id="racks"),
+        pytest.param(["rack", "r1", "--cluster", "c1"], id="rack"),
+        pytest.param(["worker"], id="worker"),
+        pytest.param(["recorder", "--db", "{d}/h.duckdb"], id="recorder"),
+        pytest.param(["tui"], id="tui"),
+        pytest.param(["up", "--headless"], id="up"),
+        pytest.param(["kube", "--cluster", "c1"], id="kube"),
+        pytest.param(["slurm", "--cluster", "c1"], id="slurm"),
+        pytest.param(["exporter", "dcgm", "--file", str(FIXTURES / "dcgm" /
+                      "dcgm_exporter_sample.prom"), "--node", "n1", "--cluster", "c1"],
+                     id="exporter dcgm"),
+    ],
+)  # fmt: skip
+def test_a_broker_port_outside_1_to_65535_is_refused_up_front_on_every_command(
+    tmp_path: Path, command: list[str]
+) -> None:
+    args = [a.format(d=tmp_path) for a in command]
+    line = one_error_line(runner.invoke(app, [*args, "--broker", OVERFLOW]))
+    assert f"'{OVERFLOW}': port '99999' is not a TCP port (1-65535)" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        pytest.param(["history", "verify", "--db", "{d}/h.duckdb", "--against-log",
+                      "kafka://:9092"], "'kafka://:9092': no host", id="verify --against-log"),
+        pytest.param(["status", "--broker", "http://h:1"], "expected kafka://host:port",
+                     id="another scheme"),
+    ],
+)  # fmt: skip
+def test_a_bad_broker_address_is_named_in_one_line(
+    tmp_path: Path, args: list[str], want: str
+) -> None:
+    result = runner.invoke(app, [a.format(d=tmp_path) for a in args])
+    assert want in one_error_line(result)
+
+
+def test_a_bad_broker_in_the_environment_names_the_variable() -> None:
+    result = runner.invoke(app, ["status"], env={"RACKPLANE_BROKER": "kafka://h:0"})
+    line = one_error_line(result)
+    assert "port '0' is not a TCP port" in line
+    assert "RACKPLANE_BROKER" in line
