@@ -210,6 +210,17 @@ class RackFailed(EventEnvelope):
     """Jobs with a slice in the rack when it failed."""
 
 
+class RackDegraded(EventEnvelope):
+    """The rack lost part of its NVLink fabric (one NVSwitch tray): what runs there stays, at
+    less bandwidth; new slices go there only when no healthy rack fits them."""
+
+    type: Literal["RackDegraded"] = "RackDegraded"
+    rack: RackId
+    cause: Note = ""
+    jobs: tuple[JobId, ...] = ()
+    """Jobs with a slice in the rack: they keep running."""
+
+
 class RackRecovered(EventEnvelope):
     """The rack-level fault is gone."""
 
@@ -322,6 +333,7 @@ Event = Annotated[
     | NodeRecovered
     | NodeRepaired
     | RackFailed
+    | RackDegraded
     | RackRecovered
     | NodeSwapped
     | SliceMigrated

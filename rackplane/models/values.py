@@ -26,10 +26,14 @@ class Health(StrEnum):
 
 
 class RackHealth(StrEnum):
-    """A rack-level fault (an NVSwitch tray, the rack's power shelf) takes the whole domain."""
+    """A rack-level fault: the rack's NVLink domain as a whole (NVSwitch trays, power shelf)."""
 
     HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    """One NVSwitch tray of nine lost: the rack runs what it runs at about 8/9 of its NVLink
+    bandwidth and takes new slices only when no healthy rack fits them."""
     FAILED = "failed"
+    """The whole domain is down: nothing in the rack runs until it recovers."""
 
 
 class XidAction(StrEnum):

@@ -87,7 +87,7 @@ def check_available(s: ClusterState, nodes: Sequence[NodeId]) -> None:
         reject("shape_mismatch", f"node {twice[0]} is proposed twice")
     for n in nodes:
         node = node_state(s, n)
-        if node.available and s.racks[node.rack].healthy:
+        if node.available and s.racks[node.rack].in_service:
             continue
         if node.job is not None:
             why = f"allocated to job {node.job} (slice {node.slice})"

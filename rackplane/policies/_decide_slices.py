@@ -165,7 +165,7 @@ def plan_defrag(s: ClusterState, c: PlanDefrag, out: Emitter) -> None:
         state = s.racks.get(rack)
         if state is None:
             chk.reject("unknown_rack", f"rack {rack} is not in cluster {s.cluster!r}")
-        if not state.healthy:
+        if not state.in_service:
             chk.reject("invalid_state", f"rack {rack} is failed")
         holder = s.reservations.get(rack)
         if holder is not None and holder != c.job:

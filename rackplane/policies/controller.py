@@ -58,6 +58,7 @@ from rackplane.models import (
     PlanDefrag,
     PolicyConfigured,
     PreemptJobs,
+    RackDegraded,
     RackFailed,
     RackHealth,
     RackRecovered,
@@ -383,14 +384,15 @@ def _report_rack_health(s: ClusterState, c: ReportRackHealth, out: Emitter) -> N
         chk.reject("unknown_rack", f"rack {c.rack} is not in cluster {s.cluster!r}")
     if c.health is rack.health:
         chk.ignore(f"rack {c.rack} is already {rack.health.value}")
-    if c.health is RackHealth.FAILED:
-        assert s.index is not None
-        jobs = dict.fromkeys(
-            j for n in s.index.rack(c.rack).nodes if (j := s.nodes[n].job) is not None
-        )
-        out.emit(RackFailed, rack=c.rack, cause=c.cause, jobs=tuple(jobs))
-    else:
+    if c.health is RackHealth.HEALTHY:
         out.emit(RackRecovered, rack=c.rack, cause=c.cause)
+        return
+    assert s.index is not None
+    jobs = dict.fromkeys(j for n in s.index.rack(c.rack).nodes if (j := s.nodes[n].job) is not None)
+    if c.health is RackHealth.FAILED:
+        out.emit(RackFailed, rack=c.rack, cause=c.cause, jobs=tuple(jobs))
+    else:  # degraded: from healthy, or from failed (part of the fabric back)
+        out.emit(RackDegraded, rack=c.rack, cause=c.cause, jobs=tuple(jobs))
 
 
 def _place_job(s: ClusterState, c: PlaceJob, out: Emitter) -> None:

@@ -8,12 +8,15 @@ Algorithm overview (`plan_defrag`):
    halved for each priority level below the blocked job's (lower priority is preferred) and
    multiplied by 1 + its earlier preemptions (the same job is not moved again and again).
 2. Options. For each slice of the blocked job, every healthy rack not reserved for another job
-   offers options: nothing to do when it already has room, else each minimal set of its victims
-   whose nodes make room, alone or with up to `MAX_EXTRAS` (3) extra victims elsewhere whose
-   leaving lets the others be re-placed (a plan needing more is not searched). Options are
-   ranked by cost, then fewer victims, then fabric distance to the slices already chosen.
+   (a degraded rack, an NVSwitch tray lost, only when no plan frees healthy ones: the whole
+   search runs again with them) offers options: nothing to do when it already has room, else
+   each minimal set of its victims whose nodes make room, alone or with up to `MAX_EXTRAS` (3)
+   extra victims elsewhere whose leaving lets the others be re-placed (a plan needing more is
+   not searched). Options are ranked by cost, then fewer victims, then fabric distance to the
+   slices already chosen.
 3. Validation. An option is taken only if every victim chosen so far can be placed again at
-   once, outside the target racks, with the placement the scheduler itself uses; the first
+   once, outside the target racks and never on a degraded rack (work is not moved onto a
+   degraded rack to free a healthy one), with the placement the scheduler itself uses; the first
    valid option in rank order wins (for a one-slice job, the cheapest valid plan among the
    options). Each slice of a multi-slice job is chosen in turn on top of the earlier ones.
 4. Plan. Target racks, victims with their new placements, the blocked job's placement, the
@@ -25,7 +28,7 @@ Algorithm overview (`plan_defrag`):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rackplane.models import (
@@ -142,7 +145,7 @@ def replace_victims(
         cap.take(nodes)
         slices.append(nodes)
     hero = Placement(tuple(slices), tuple(r for r, _ in targets), "")
-    held = set(state.reservations) | {r for r, _ in targets}
+    held = set(state.reservations) | {r for r, _ in targets} | cap.degraded
     moves = []
     for v in sorted(victims, key=lambda j: j.queue_key):
         p = find_placement(cap, v.spec.slice_sizes, exclude=held)
@@ -163,7 +166,8 @@ def fits_on_counts(
 ) -> bool:
     """`replace_victims` on node counts alone (the same rack choices, no node lists, no
     explanations): whether it would succeed. Most candidate plans fail; they fail here.
-    `base_view` is `base.view(state.reservations)`, when the caller has it already."""
+    `base_view` is `base.view(state.reservations | base.degraded)`, when the caller has it
+    already."""
     usable = dict(base.usable)
     touched = {r for r, _ in targets}
     for v in victims:
@@ -174,7 +178,7 @@ def fits_on_counts(
         if usable[rack] < size:
             return False
         usable[rack] -= size
-    held = set(state.reservations) | {r for r, _ in targets}
+    held = set(state.reservations) | {r for r, _ in targets} | base.degraded
     # What the scheduler would see: `base_view` but on the racks the victims and targets
     # touched (the same as rebuilding it from `usable`).
     view = dict(base.view(held) if base_view is None else base_view)
@@ -229,7 +233,28 @@ def plan_room(
 ) -> DefragPlan | None:
     """The least disruptive valid plan that frees rack-shaped room for slices of `sizes`
     nodes on behalf of `job_id` (queued, or running and needing a rack for one slice), never
-    in the racks of `avoid`; None when no valid plan exists."""
+    in the racks of `avoid`; on healthy racks, else on degraded ones too; None when no valid
+    plan exists."""
+    degraded = frozenset(r for r, rs in state.racks.items() if rs.degraded) - avoid
+    plan = _plan_room(state, job_id, sizes, now, avoid | degraded, max_tries)
+    if plan is not None or not degraded:
+        return plan
+    plan = _plan_room(state, job_id, sizes, now, avoid, max_tries)
+    used = [r for r in plan.target_racks if r in degraded] if plan is not None else []
+    if plan is None or not used:
+        return plan
+    note = f"; on degraded {', '.join(used)}: no plan frees a healthy rack"
+    return replace(plan, explanation=plan.explanation + note)
+
+
+def _plan_room(
+    state: ClusterState,
+    job_id: JobId,
+    sizes: Sequence[int],
+    now: datetime,
+    avoid: frozenset[RackId],
+    max_tries: int,
+) -> DefragPlan | None:
     assert state.index is not None
     job = state.jobs[job_id]
     pool = candidates(state, job)
@@ -257,12 +282,12 @@ def plan_room(
     offer = RackVictims(in_rack, cost)
     base = Capacity(state)
     room_total = sum(u for u in base.usable.values() if u > 0)
-    base_view = base.view(set(state.reservations))
+    base_view = base.view(set(state.reservations) | base.degraded)
     index = state.index
     open_racks = [
         r.id
         for r in index.racks
-        if state.racks[r.id].healthy
+        if state.racks[r.id].in_service
         and state.reservations.get(r.id, job_id) == job_id
         and r.id not in avoid
     ]
@@ -273,7 +298,7 @@ def plan_room(
     budget = Budget(max_tries + len(sizes))  # one plan's validations, all slices together
     for size in sizes:
         # Usable nodes per open rack once the chosen victims left and earlier slices took
-        # theirs (what `options` reads; open racks are healthy, so every freed node counts).
+        # theirs (what `options` reads; open racks are in service, so every freed node counts).
         trial = dict(base.usable)
         for vid in chosen:
             for rack, k in freed_in.get(vid, {}).items():
@@ -408,6 +433,7 @@ _RETRY = frozenset(
         "NodeRepaired",
         "NodeRecovered",
         "NodeUncordoned",
+        "RackDegraded",
         "RackRecovered",
         "DisruptionBudgetReported",
     }

@@ -4,6 +4,9 @@ Algorithm overview (a job of k full slices of size s, plus at most one smaller r
 
 1. Capacity. Each rack offers `usable` nodes: healthy, uncordoned and free, less its spare
    reserve, less what racks reserved for other jobs hold, less what this cycle already gave.
+   A failed rack offers none. A degraded rack (one NVSwitch tray lost) offers its nodes only
+   when steps 2-6 find no place on the healthy racks alone: then they run again over every
+   rack, and the explanation names the degraded racks used (or counted, for a block).
 2. Verdict on totals. Fewer usable nodes than the job needs, cluster-wide: `capacity`.
 3. Fit counts. A rack fits `usable // s` full slices; pods and superpods sum their racks.
 4. Domain. The lowest level of the fabric where one domain fits all k slices wins: one rack,
@@ -24,7 +27,7 @@ total, not in rack-shaped pieces. Cost: O(racks) per job, plus a sort of the cho
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from immutables import Map
 
@@ -79,7 +82,10 @@ class Capacity:
         self.freed: dict[RackId, set[NodeId]] = {}
         # Raw room per rack: free nodes less the reserve. It goes negative when a swap has
         # eaten into the reserve; keeping the sign makes releases and takes add up exactly.
-        self.usable: dict[RackId, int] = dict(_usable(state, self.index, self.spares))
+        table, degraded = _usable(state, self.index, self.spares)
+        self.usable: dict[RackId, int] = dict(table)
+        self.degraded: frozenset[RackId] = degraded
+        """Degraded racks: used only when the healthy racks cannot take a job."""
 
     @property
     def total(self) -> int:
@@ -114,7 +120,7 @@ class Capacity:
             node = self.state.nodes[n]
             if node.health is not Health.HEALTHY or node.cordoned:
                 continue
-            if not self.state.racks[node.rack].healthy:
+            if not self.state.racks[node.rack].in_service:
                 continue
             self.freed.setdefault(node.rack, set()).add(n)
             self.usable[node.rack] += 1
@@ -125,6 +131,7 @@ class Capacity:
         other.state = self.state
         other.index = self.index
         other.spares = self.spares
+        other.degraded = self.degraded
         other.usable = dict(self.usable)
         other.taken = {r: set(ns) for r, ns in self.taken.items()}
         other.freed = {r: set(ns) for r, ns in self.freed.items()}
@@ -140,24 +147,27 @@ class Capacity:
         return {r: (0 if r in exclude or u < 0 else u) for r, u in self.usable.items()}
 
 
-_LAST: list[tuple[Map[RackId, RackState], TopologyIndex, int, dict[RackId, int]]] = []
+_Table = tuple[dict[RackId, int], frozenset[RackId]]
+_LAST: list[tuple[Map[RackId, RackState], TopologyIndex, int, _Table]] = []
 """The last usable-per-rack table built, with what it was built from: the scheduler, the
 defrag and the borrowing capacity of one cycle all start from the same state."""
 
 
-def _usable(state: ClusterState, index: TopologyIndex, spares: int) -> dict[RackId, int]:
-    """Free nodes less `spares` per rack (a failed rack: very negative), in index order; the
-    same table again while the racks' map is the same immutable object."""
+def _usable(state: ClusterState, index: TopologyIndex, spares: int) -> _Table:
+    """Free nodes less `spares` per rack (a failed rack: very negative), in index order, and
+    the degraded racks; the same again while the racks' map is the same immutable object."""
     racks = state.racks
     for last_racks, last_index, last_spares, table in _LAST:
         if last_racks is racks and last_index is index and last_spares == spares:
             return table
-    healthy, down = RackHealth.HEALTHY, -(10**9)
+    failed, degraded, down = RackHealth.FAILED, RackHealth.DEGRADED, -(10**9)
     ids = [r.id for r in index.racks]
-    table = {
-        rid: (len(rs.free) - spares if rs.health is healthy else down)
-        for rid, rs in zip(ids, map(racks.__getitem__, ids), strict=True)
+    states = list(map(racks.__getitem__, ids))
+    usable = {
+        rid: (down if rs.health is failed else len(rs.free) - spares)
+        for rid, rs in zip(ids, states, strict=True)
     }
+    table = (usable, frozenset(rs.id for rs in states if rs.health is degraded))
     _LAST.insert(0, (racks, index, spares, table))
     del _LAST[2:]  # the table with spares kept and the one without (borrowing)
     return table
@@ -185,11 +195,30 @@ def find_placement(
     if within is not None:
         allowed = set(within)
         usable = {r: (u if r in allowed else 0) for r, u in usable.items()}
+    degraded = [r for r in capacity.degraded if usable.get(r, 0) > 0]
+    if degraded:
+        healthy = dict(usable)
+        for r in degraded:
+            healthy[r] = 0
+        first = choose_racks(capacity.index, healthy, sizes)
+        if not isinstance(first, Unplaceable):
+            slices = _pick_nodes(capacity, first, sizes)
+            return Placement(slices, tuple(first), _explain(capacity, healthy, first, sizes))
     racks = choose_racks(capacity.index, usable, sizes)
     if isinstance(racks, Unplaceable):
+        if degraded:
+            note = f"; counted degraded racks {', '.join(sorted(degraded))}"
+            return replace(racks, explanation=racks.explanation + note)
         return racks
     slices = _pick_nodes(capacity, racks, sizes)
-    return Placement(slices, tuple(racks), _explain(capacity, usable, racks, sizes))
+    why = _explain(capacity, usable, racks, sizes)
+    used = sorted({r for r in racks if r in capacity.degraded})
+    if used:
+        why += (
+            f"; on degraded rack{'s' if len(used) > 1 else ''} {', '.join(used)} (an NVSwitch "
+            "tray lost, less NVLink bandwidth): the healthy racks cannot hold it"
+        )
+    return Placement(slices, tuple(racks), why)
 
 
 def choose_racks(

@@ -83,7 +83,7 @@ def _broken_slices(
     if rescan:  # a proposal was stale: look at every running slice again
         for job in state.jobs.values():
             for s in job.slices:
-                if _failed_nodes(state, s) or not _racks_healthy(state, s):
+                if _failed_nodes(state, s) or not _racks_in_service(state, s):
                     found[(job.id, s.index)] = None
     return [key for key in found if key[0] in state.jobs and state.jobs[key[0]].status.holds_nodes]
 
@@ -92,8 +92,9 @@ def _failed_nodes(state: ClusterState, s: SliceState) -> list[NodeId]:
     return [n for n in s.nodes if state.nodes[n].health is Health.FAILED]
 
 
-def _racks_healthy(state: ClusterState, s: SliceState) -> bool:
-    return all(state.racks[r].healthy for r in s.racks)
+def _racks_in_service(state: ClusterState, s: SliceState) -> bool:
+    """No rack of the slice is failed (a degraded rack keeps what it runs)."""
+    return all(state.racks[r].in_service for r in s.racks)
 
 
 def recover(
@@ -110,7 +111,7 @@ def recover(
             continue
         job = state.jobs[job_id]
         s = job.slices[index]
-        if not _racks_healthy(state, s):
+        if not _racks_in_service(state, s):
             _move_or_requeue(out, state, capacity, job, s, requeued, "its rack failed", now)
             continue
         failed = _failed_nodes(state, s)
@@ -182,7 +183,7 @@ def recover(
 def _spare(state: ClusterState, rack: RackId, used: set[NodeId]) -> NodeId | None:
     """A free healthy node of the rack: the last one in rack order (the designated spare)."""
     rs = state.racks[rack]
-    if not rs.healthy:
+    if not rs.in_service:
         return None
     assert state.index is not None
     for n in reversed(state.index.rack(rack).nodes):
@@ -220,13 +221,18 @@ def _move_or_requeue(
     if target is not None:
         nodes = capacity.nodes(target, s.size)
         capacity.take(nodes)
+        where = (
+            "degraded, an NVSwitch tray lost: no healthy rack has room"
+            if target in capacity.degraded
+            else "nearest with room"
+        )
         out.add(
             MigrateSlice,
             job=job.id,
             slice=s.index,
             nodes=nodes,
             explanation=(
-                f"{why}; slice {s.index} moves to rack {target} (nearest with room) and the job "
+                f"{why}; slice {s.index} moves to rack {target} ({where}) and the job "
                 "restarts from its last checkpoint; its other slices stay"
             ),
         )
@@ -315,4 +321,8 @@ def _migration_target(
     ]
     if not candidates:
         return None
-    return min(candidates, key=lambda r: (index.hops(anchor, r), capacity.usable[r], order[r]))
+    degraded = capacity.degraded  # used only when no healthy rack has room
+    return min(
+        candidates,
+        key=lambda r: (r in degraded, index.hops(anchor, r), capacity.usable[r], order[r]),
+    )

@@ -6,7 +6,8 @@ The scheduling cycle (run when something that frees nodes or adds work happens):
 2. Walk the queue: priority first, re-queued jobs ahead of their peers, then FIFO.
 3. A job that holds a defrag reservation is placed inside its reserved racks first.
 4. Others are placed by `find_placement` (best fit, lowest fabric domain), never on racks
-   reserved for another job, nor on the racks the head of the line holds (step 6).
+   reserved for another job, nor on the racks the head of the line holds (step 6); on a
+   degraded rack only when the healthy racks cannot take the job.
 5. A short preemptible job that does not fit may borrow spares when `borrow_spares` is on.
 6. A job that does not fit is blocked with its reason (`capacity` or `topology`) and the
    numbers; the first such job that could ever fit holds the racks closest to fitting it, so
@@ -47,6 +48,7 @@ TRIGGERS = frozenset(
         "NodeRepaired",
         "NodeRecovered",
         "NodeUncordoned",
+        "RackDegraded",
         "RackRecovered",
         "DefragPlanned",
     }
@@ -157,11 +159,13 @@ def _could_ever_fit(state: ClusterState, sizes: tuple[int, ...]) -> bool:
 
 
 def _closest_racks(capacity: Capacity, sizes: tuple[int, ...], others: set[RackId]) -> set[RackId]:
-    """The racks that will fit the job soonest: the ones with the most usable nodes now."""
+    """The racks that will fit the job soonest: the ones with the most usable nodes now,
+    healthy racks before degraded ones (which take new slices only when no healthy one fits)."""
     order = capacity.index.rack_order
+    degraded = capacity.degraded
     racks = sorted(
-        (r for r in capacity.usable if r not in others and capacity.state.racks[r].healthy),
-        key=lambda r: (-capacity.usable[r], order[r]),
+        (r for r in capacity.usable if r not in others and capacity.state.racks[r].in_service),
+        key=lambda r: (r in degraded, -capacity.usable[r], order[r]),
     )
     return set(racks[: len(sizes)])
 

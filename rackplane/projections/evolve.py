@@ -42,6 +42,7 @@ from rackplane.models import (
     NodeSwapped,
     NodeUncordoned,
     PolicyConfigured,
+    RackDegraded,
     RackFailed,
     RackHealth,
     RackId,
@@ -606,6 +607,10 @@ def _rack_failed(b: _Builder, e: RackFailed) -> None:
     b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.FAILED, cause=e.cause)
 
 
+def _rack_degraded(b: _Builder, e: RackDegraded) -> None:
+    b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.DEGRADED, cause=e.cause)
+
+
 def _rack_recovered(b: _Builder, e: RackRecovered) -> None:
     b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.HEALTHY, cause=e.cause)
 
@@ -682,6 +687,7 @@ def _handlers() -> dict[type[Any], Callable[[_Builder, Any], None]]:
         NodeRecovered: _node_recovered,
         NodeRepaired: _node_repaired,
         RackFailed: _rack_failed,
+        RackDegraded: _rack_degraded,
         RackRecovered: _rack_recovered,
         NodeSwapped: _node_swapped,
         SliceMigrated: _slice_migrated,

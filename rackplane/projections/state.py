@@ -76,13 +76,23 @@ class RackState(NamedTuple):
 
     @property
     def healthy(self) -> bool:
-        """False while a rack-level fault holds."""
+        """False while a rack-level fault holds (degraded or failed)."""
         return self.health is RackHealth.HEALTHY
+
+    @property
+    def in_service(self) -> bool:
+        """The rack can run work: healthy or degraded, not failed."""
+        return self.health is not RackHealth.FAILED
+
+    @property
+    def degraded(self) -> bool:
+        """Part of the NVLink fabric is lost: usable, but only when no healthy rack fits."""
+        return self.health is RackHealth.DEGRADED
 
     @property
     def available(self) -> frozenset[NodeId]:
         """Nodes new work may use: the free ones, none while the rack is failed."""
-        return self.free if self.healthy else frozenset()
+        return self.free if self.in_service else frozenset()
 
 
 class SliceState(NamedTuple):

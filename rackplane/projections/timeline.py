@@ -36,6 +36,7 @@ from rackplane.models import (
     NodeSwapped,
     NodeUncordoned,
     PolicyConfigured,
+    RackDegraded,
     RackFailed,
     RackRecovered,
     SliceDegraded,
@@ -168,6 +169,12 @@ def describe(e: Event, subject: str = "") -> str:
             return f"{e.node} uncordoned"
         case RackFailed():
             return f"rack {e.rack} failed{_why(e.cause)}; jobs in it: {', '.join(e.jobs) or 'none'}"
+        case RackDegraded():
+            return (
+                f"rack {e.rack} degraded (part of its NVLink fabric lost; new slices only when "
+                f"no healthy rack fits){_why(e.cause)}; jobs in it keep running: "
+                f"{', '.join(e.jobs) or 'none'}"
+            )
         case RackRecovered():
             return f"rack {e.rack} recovered{_why(e.cause)}"
         case TopologyRegistered():

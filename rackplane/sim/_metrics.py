@@ -26,7 +26,6 @@ from rackplane.models import (
     NodeFailed,
     NodeSwapped,
     RackFailed,
-    RackHealth,
     RackId,
     SliceDegraded,
     SliceMigrated,
@@ -114,7 +113,7 @@ class Collector:
         local = state.settings.rack_local_slices
         usable = fragmented = 0
         for rack in state.racks.values():  # O(racks); order does not matter for sums
-            if rack.health is not RackHealth.HEALTHY:
+            if not rack.in_service:  # a degraded rack still runs work
                 continue
             healthy = min(rack.size - down.get(rack.id, 0), rack.size - spares)
             room = len(rack.free) - spares

@@ -93,6 +93,11 @@ def c(
     return pytest.param(Case(id, given, when, list(want), code), id=id)
 
 
+def r01_is(health: RackHealth) -> Callable[[], Command]:
+    return lambda: cmd(ReportRackHealth, rack="r01", health=health)
+
+
+DEGRADED, FAILED = RackHealth.DEGRADED, RackHealth.FAILED
 A4 = nodes("r01", 1, 4)  # r01 n01-n04
 B4 = nodes("r02", 1, 4)  # r02 n01-n04
 
@@ -321,6 +326,31 @@ CASES = [
         [two_racks],
         lambda: cmd(ReportRackHealth, rack="r01", health=RackHealth.FAILED),
         "RackFailed",
+    ),
+    c("a lost NVSwitch tray degrades the rack", [two_racks], r01_is(DEGRADED), "RackDegraded"),
+    c(
+        "a degraded rack losing its fabric fails",
+        [two_racks, r01_is(DEGRADED)],
+        r01_is(FAILED),
+        "RackFailed",
+    ),
+    c(
+        "a failed rack with part of its fabric back is degraded",
+        [two_racks, r01_is(FAILED)],
+        r01_is(DEGRADED),
+        "RackDegraded",
+    ),
+    c(
+        "a degraded rack whose tray is replaced recovers",
+        [two_racks, r01_is(DEGRADED)],
+        r01_is(RackHealth.HEALTHY),
+        "RackRecovered",
+    ),
+    c(
+        "a new slice may go to a degraded rack (placement prefers healthy ones)",
+        [two_racks, r01_is(DEGRADED), lambda: submit("j1", 4)],
+        lambda: place("j1", A4),
+        "JobPlaced",
     ),
     c(
         "a fault on an unknown rack is refused",
