@@ -42,7 +42,8 @@ def capacity(
         float | None, typer.Option(help="Probability that a node is unavailable (0..1).")
     ] = None,
     mtbi_days: Annotated[
-        float | None, typer.Option(help="Node MTBI in days (with --mttr-days, instead of -u).")
+        float | None,
+        typer.Option(help="Node MTBI in days (with --mttr-days, instead of --unavailability)."),
     ] = None,
     mttr_days: Annotated[float | None, typer.Option(help="Node repair time in days.")] = None,
     slice_sizes: Annotated[
@@ -285,7 +286,7 @@ def simulate_command(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG comparing the policies.")] = None,
 ) -> None:
     """Run the real controller and policies on a simulated cluster, in virtual time."""
-    from rackplane.sim import ScenarioError, compare, load_scenario
+    from rackplane.sim import ScenarioError, check_days, compare, load_scenario
 
     if policy is not None and compare_policies is not None:
         fail("give --policy or --compare, not both")
@@ -302,9 +303,13 @@ def simulate_command(
     )
     unknown = [n for n in names if n not in PRESETS]
     if unknown or not names:
-        fail(f"unknown policy {unknown[0] if unknown else '(none)'!r}; choose from {PRESETS}")
-    if days is not None and days <= 0:
-        fail(f"--days must be positive, got {days}")
+        wrong = repr(unknown[0]) if unknown else "(none)"
+        fail(f"unknown policy {wrong}; choose from {', '.join(PRESETS)}")
+    if days is not None:
+        try:
+            check_days(days, start=loaded.start, warmup_days=loaded.runtime.warmup_days)
+        except ScenarioError as err:
+            fail(f"--days: {err}")
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -321,7 +326,10 @@ def simulate_command(
 
         report = compare(loaded, names, seed=seed, days=days, progress=tick)
     if plot is not None:
-        _plot_policies(report, plot)
+        try:
+            _plot_policies(report, plot)
+        except OSError as err:
+            fail(f"--plot: cannot write {plot}: {err.strerror or err}")
     if as_json:
         print_json(report.to_json())
         return

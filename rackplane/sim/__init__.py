@@ -39,6 +39,7 @@ from rackplane.sim.recovery import RecoveryModel
 from rackplane.sim.reliability import ReliabilityReport, reliability
 from rackplane.sim.report import COLUMNS, PolicyMetrics, SimReport, WaitStats, format_value
 from rackplane.sim.scenario import (
+    MAX_DAYS,
     CostModel,
     GeneratedCluster,
     RuntimeSettings,
@@ -46,6 +47,7 @@ from rackplane.sim.scenario import (
     ScenarioDoc,
     ScenarioError,
     build_scenario,
+    check_days,
     load_scenario,
 )
 from rackplane.sim.simulator import Simulation, VirtualClock, compare, simulate
@@ -66,6 +68,7 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_CLASSES",
     "DEFAULT_SLICE_SIZES",
+    "MAX_DAYS",
     "Advantage",
     "Arrival",
     "CapacityError",
@@ -98,6 +101,7 @@ __all__ = [
     "Workload",
     "build_scenario",
     "capacity_report",
+    "check_days",
     "compare",
     "expected_unavailability",
     "failure_schedule",

@@ -106,8 +106,10 @@ def unavailability_from(mtbi_days: float, mttr_days: float) -> float:
     """P = MTTR / (MTBI + MTTR).
 
     Raises:
-        CapacityError: a negative time, or both zero.
+        CapacityError: a negative or non-finite time (NaN, infinity), or both zero.
     """
+    if not (math.isfinite(mtbi_days) and math.isfinite(mttr_days)):
+        raise CapacityError(f"MTBI and MTTR must be numbers of days, got {mtbi_days}, {mttr_days}")
     if mtbi_days < 0 or mttr_days < 0 or mtbi_days + mttr_days <= 0:
         raise CapacityError("MTBI and MTTR must be non-negative and not both zero")
     return mttr_days / (mtbi_days + mttr_days)
@@ -293,6 +295,8 @@ def parse_sweep(text: str) -> list[float]:
         start, stop, step = (float(p) for p in parts)
     except ValueError:
         raise CapacityError(f"expected START:STOP:STEP (e.g. 0:0.1:0.01), got {text!r}") from None
+    if not all(map(math.isfinite, (start, stop, step))):
+        raise CapacityError(f"expected three finite numbers START:STOP:STEP, got {text!r}")
     if step <= 0:
         raise CapacityError(f"the sweep step must be positive, got {step}")
     if not (0 <= start <= 1 and 0 <= stop <= 1) or stop < start:

@@ -8,6 +8,8 @@ racks give ~27.2 days per rack and ~5.1 hours between rack interruptions across 
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -31,18 +33,26 @@ def reliability(mtbi_days: float, nodes_per_rack: int, racks: int) -> Reliabilit
     """Rack and cluster interruption rates from the node MTBI.
 
     Raises:
-        ValueError: a non-positive MTBI, or fewer than one node or rack.
+        ValueError: an MTBI that is not a positive finite number (NaN and infinity included),
+            fewer than one node or rack, or figures too large or small for a float.
     """
-    if mtbi_days <= 0:
-        raise ValueError(f"the node MTBI must be positive, got {mtbi_days} days")
+    if not (math.isfinite(mtbi_days) and mtbi_days > 0):
+        raise ValueError(f"the node MTBI must be a positive number of days, got {mtbi_days}")
     if nodes_per_rack < 1 or racks < 1:
         raise ValueError("a cluster needs at least one rack of at least one node")
     rack_mtbi = mtbi_days / nodes_per_rack
+    hours = rack_mtbi * 24.0 / racks
+    per_day = racks / rack_mtbi if rack_mtbi > 0 else math.inf
+    if not all(math.isfinite(x) and x > 0 for x in (rack_mtbi, hours, per_day)):
+        raise ValueError(
+            f"a node MTBI of {mtbi_days:g} days over {nodes_per_rack:,} nodes per rack and "
+            f"{racks:,} racks gives figures beyond what can be computed"
+        )
     return ReliabilityReport(
         node_mtbi_days=mtbi_days,
         nodes_per_rack=nodes_per_rack,
         racks=racks,
         rack_mtbi_days=rack_mtbi,
-        cluster_hours_between_rack_interruptions=rack_mtbi * 24.0 / racks,
-        rack_interruptions_per_day=racks / rack_mtbi,
+        cluster_hours_between_rack_interruptions=hours,
+        rack_interruptions_per_day=per_day,
     )

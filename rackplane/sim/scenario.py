@@ -27,7 +27,7 @@ reads files (the scenario, its cluster file, its trace); `build_scenario` is pur
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from rackplane.sim.workload import TraceError, Workload, parse_trace_csv
 
 DEFAULT_START = datetime(2026, 12, 1, tzinfo=UTC)
 DEFAULT_POLICY = "tas+spares+defrag+ntp"
+MAX_DAYS = 36_525
+"""The longest run or warm-up (a century): a longer one would not finish in a lifetime."""
 
 
 class ScenarioError(ValueError):
@@ -82,11 +84,11 @@ class RuntimeSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    warmup_days: float = Field(default=0.0, ge=0)
+    warmup_days: float = Field(default=0.0, ge=0, le=MAX_DAYS, allow_inf_nan=False)
     """Simulated before measuring starts (the cluster starts empty); `days` come after it."""
     startup_minutes: float = Field(default=0.0, ge=0)
     """From placement to running (StartJob)."""
-    sample_minutes: float = Field(default=60.0, gt=0)
+    sample_minutes: float = Field(default=60.0, ge=1, le=MAX_DAYS * 1_440, allow_inf_nan=False)
     """Interval of the capacity samples (usable nodes, fragmentation)."""
     slow_cross_rack_jobs: bool = True
     """A job with a slice across racks progresses 1 / (1 + penalty) as fast (`comm`)."""
@@ -110,7 +112,7 @@ class ScenarioDoc(BaseModel):
     cluster: str | GeneratedCluster
     policy: dict[str, Any] = Field(default_factory=dict)
     policies: tuple[str, ...] = (DEFAULT_POLICY,)
-    days: float = Field(default=7.0, gt=0)
+    days: float = Field(default=7.0, gt=0, le=MAX_DAYS, allow_inf_nan=False)
     seed: int = 0
     start: AwareDatetime = DEFAULT_START
     failures: FailureModel = FailureModel()
@@ -167,6 +169,7 @@ def build_scenario(
     unknown = [p for p in doc.policies if p not in PRESETS]
     if unknown:
         raise ScenarioError(f"unknown policy {unknown[0]!r}; choose from {', '.join(PRESETS)}")
+    check_days(doc.days, start=doc.start, warmup_days=doc.runtime.warmup_days)
     base = (cluster_policy or PolicySettings()).model_dump()
     try:
         settings = PolicySettings.model_validate({**base, **doc.policy})
@@ -188,6 +191,23 @@ def build_scenario(
         cost=doc.cost,
         recovery=doc.recovery,
     )
+
+
+def check_days(days: float, *, start: datetime, warmup_days: float) -> None:
+    """Refuse a run of `days` (after `warmup_days` from `start`) that could not be simulated.
+
+    Raises:
+        ScenarioError: `days` is not a number in (0, MAX_DAYS], or the run would end past the
+            last date there is (9999-12-31).
+    """
+    if not 0 < days <= MAX_DAYS:  # also NaN
+        raise ScenarioError(f"days must be more than 0 and at most {MAX_DAYS:,}, got {days}")
+    try:
+        start + timedelta(days=warmup_days + days + 1)  # a day for what is drawn past the end
+    except OverflowError:
+        raise ScenarioError(
+            f"a {days:g}-day run from {start:%Y-%m-%d} would end after the year 9999"
+        ) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -73,7 +73,7 @@ from rackplane.sim._metrics import Collector
 from rackplane.sim._runtime import JobRun
 from rackplane.sim.failures import Failure, expected_unavailability, failure_schedule
 from rackplane.sim.report import PolicyMetrics, SimReport
-from rackplane.sim.scenario import Scenario
+from rackplane.sim.scenario import Scenario, check_days
 from rackplane.sim.workload import Arrival, generate_arrivals
 
 Observer = Callable[[ClusterState, Sequence[Event]], None]
@@ -108,6 +108,9 @@ class Simulation:
         arrivals: the jobs to run instead of the scenario's workload (a what-if replay).
         failures: the failures to meet instead of drawing them from the failure model.
         inputs: other commands to send at given times (operator actions of a replay).
+
+    Raises:
+        ScenarioError: `days` that cannot be simulated (`check_days`).
     """
 
     def __init__(
@@ -129,6 +132,8 @@ class Simulation:
         self.inputs = inputs
         self.policy = policy
         self.seed = scenario.seed if seed is None else seed
+        if days is not None:
+            check_days(days, start=scenario.start, warmup_days=scenario.runtime.warmup_days)
         self.start = scenario.start
         self.measure_from = self.start + timedelta(days=scenario.runtime.warmup_days)
         self.end = self.measure_from + timedelta(days=scenario.days if days is None else days)
@@ -440,6 +445,7 @@ def compare(
 
     Raises:
         ValueError: an unknown policy name.
+        ScenarioError: `days` that cannot be simulated (`check_days`).
     """
     results = []
     for name in policies:

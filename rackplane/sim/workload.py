@@ -277,7 +277,10 @@ def generate_arrivals(
         t = start + timedelta(hours=c.start_hours)
         made = 0
         while c.max_jobs is None or made < c.max_jobs:
-            t += timedelta(days=rng.expovariate(rate))
+            gap = rng.expovariate(rate)
+            if gap > (end - t) / timedelta(days=1) + 1:  # past the end: maybe past the calendar
+                break
+            t += timedelta(days=gap)
             if t >= end:
                 break
             size = min(_draw_nodes(c.nodes, rng), limit)

@@ -339,3 +339,69 @@ def test_a_bad_broker_in_the_environment_names_the_variable() -> None:
     line = one_error_line(result)
     assert "port '0' is not a TCP port" in line
     assert "RACKPLANE_BROKER" in line
+
+
+FRAGMENTATION = str(FIXTURES.parent.parent / "examples" / "fragmentation.yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        pytest.param(["reliability", "--mtbi-days", "nan"],
+                     "the node MTBI must be a positive number of days, got nan",
+                     id="a NaN MTBI (printed nan figures, exit 0)"),
+        pytest.param(["reliability", "--mtbi-days", "inf"], "got inf", id="an infinite MTBI"),
+        pytest.param(["reliability", "--mtbi-days", "-3"], "got -3.0", id="a negative MTBI"),
+        pytest.param(["reliability", "--mtbi-days", "1e-320"], "beyond what can be computed",
+                     id="an MTBI so small the rates are infinite"),
+        pytest.param(["capacity", "--racks", "4", "--mtbi-days", "inf", "--mttr-days", "1"],
+                     "MTBI and MTTR must be numbers of days, got inf, 1.0",
+                     id="an infinite capacity MTBI (gave P = 0)"),
+        pytest.param(["capacity", "--racks", "4", "--mtbi-days", "1", "--mttr-days", "nan"],
+                     "got 1.0, nan", id="a NaN MTTR"),
+        pytest.param(["capacity", "--racks", "4", "--unavailability", "nan"],
+                     "unavailability is a probability in [0, 1], got nan", id="a NaN P"),
+        pytest.param(["capacity", "--racks", "4", "--sweep", "0:1:nan"],
+                     "expected three finite numbers START:STOP:STEP, got '0:1:nan'",
+                     id="a NaN sweep step (was ValueError)"),
+        pytest.param(["simulate", FRAGMENTATION, "--days", "nan"],
+                     "--days: days must be more than 0 and at most 36,525, got nan",
+                     id="simulate --days nan (was ValueError)"),
+        pytest.param(["simulate", FRAGMENTATION, "--days", "inf"], "at most 36,525, got inf",
+                     id="simulate --days inf (was OverflowError)"),
+        pytest.param(["simulate", FRAGMENTATION, "--days", "1e9"], "got 1000000000.0",
+                     id="simulate --days beyond timedelta (was OverflowError)"),
+        pytest.param(["simulate", FRAGMENTATION, "--policy", "magic"],
+                     "unknown policy 'magic'; choose from naive, tas, tas+spares,",
+                     id="an unknown policy is listed in words, not as a tuple"),
+    ],
+)  # fmt: skip
+def test_planning_figures_that_are_no_numbers_are_refused_in_one_line(
+    args: list[str], want: str
+) -> None:
+    assert want in one_error_line(runner.invoke(app, args))
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        pytest.param("days: .nan\n", "days: Input should be a finite number", id="NaN days"),
+        pytest.param("days: .inf\n", "days: Input should be a finite number",
+                     id="infinite days (was OverflowError)"),
+        pytest.param("days: 1\nruntime: {warmup_days: 1e12}\n", "runtime.warmup_days: Input",
+                     id="a warm-up beyond the calendar (was OverflowError)"),
+        pytest.param("days: 1\nruntime: {sample_minutes: 1e-9}\n", "runtime.sample_minutes",
+                     id="a sample every nanosecond (hung)"),
+        pytest.param("days: 1\nstart: 9999-12-30T00:00:00Z\n",
+                     "a 1-day run from 9999-12-30 would end after the year 9999",
+                     id="a run that ends past the calendar (was OverflowError)"),
+    ],
+)  # fmt: skip
+def test_a_scenario_that_cannot_be_simulated_is_refused_in_one_line(
+    tmp_path: Path, text: str, want: str
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text("cluster: {racks: 2}\n" + text)
+    line = one_error_line(runner.invoke(app, ["simulate", str(path)]))
+    assert line.startswith(f"error: {path}: ")
+    assert want in line

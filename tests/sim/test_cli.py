@@ -173,7 +173,7 @@ def test_simulate_prints_one_side_by_side_table_and_plots(
     [
         pytest.param(["--policy", "fast"], "unknown policy", id="unknown-policy"),
         pytest.param(["--policy", "tas", "--compare", "tas"], "not both", id="both"),
-        pytest.param(["--days", "0"], "positive", id="zero-days"),
+        pytest.param(["--days", "0"], "days must be more than 0", id="zero-days"),
     ],
 )
 def test_simulate_errors_are_clear_and_exit_2(

@@ -129,3 +129,12 @@ def test_per_1000_node_rates_scale_with_the_cluster() -> None:
     large = generate_arrivals(Workload(classes=(one,)), nodes=4000, start=T0, end=end, seed=0)
     assert len(small) == pytest.approx(500, rel=0.15)
     assert len(large) == pytest.approx(4000, rel=0.1)
+
+
+def test_a_class_arriving_once_in_a_trillion_days_arrives_never_instead_of_overflowing() -> None:
+    """The first gap drawn is ~1e12 days, beyond what a timedelta holds (was OverflowError)."""
+    rare = JobClass(name="rare", arrivals_per_day=1e-12, nodes=1, duration_hours=1)
+    arrivals = generate_arrivals(
+        Workload(classes=(rare,)), nodes=8, start=T0, end=T0 + timedelta(days=7), seed=0
+    )
+    assert arrivals == []
