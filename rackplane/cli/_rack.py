@@ -1,8 +1,10 @@
 """`rackplane rack-health`: an operator's verdict on a whole rack (`ReportRackHealth`).
 
-A rack-level fault (an NVSwitch tray, the rack's power shelf) takes the whole NVLink domain:
-`--state failed` evacuates the rack's slices and keeps new work off it; `--state healthy`
-returns it after the repair (the GPU Manager, which fails a rack on NVLink-fabric XIDs from
+A rack-level fault takes the rack's NVLink domain, in part or whole: `--state degraded` (one
+NVSwitch tray of nine lost, about 8/9 of the bandwidth left) keeps what runs there and gives
+the rack new slices only when no healthy rack fits them; `--state failed` (the domain down, the
+power shelf) evacuates the rack's slices and keeps new work off it; `--state healthy` returns
+it after the repair (the GPU Manager, which degrades or fails a rack on NVLink-fabric XIDs from
 several of its nodes, starts over on it then). Sent and printed like the other client
 commands (`_client`).
 """
@@ -37,7 +39,8 @@ def rack_health(
     json_out: Json = False,
     config_file: ConfigFile = None,
 ) -> None:
-    """Report a rack's health (as an operator): failed evacuates it, healthy returns it."""
+    """Report a rack's health (as an operator): degraded keeps its work but prefers healthy racks
+    for new slices, failed evacuates it, healthy returns it."""
     _issue(
         ReportRackHealth,
         cluster,

@@ -24,8 +24,10 @@ else. The phases of one step:
 `GpuHealthRules` keeps one state per node behind the `HealthClassifier` interface, for the
 `gpu_manager` agent. Given the node's rack (`classify(..., rack=(rack, view))`), it first runs
 the rack rule of `_rack_rules` (NVLink-fabric XIDs on 2 nodes of one rack within 3 minutes:
-the rack is failed, `Verdict.rack`); while the rack is at fault, the fabric XIDs of its nodes
-weigh nothing on the nodes (`absolved`), so they are not failed one by one for the rack's fault.
+link-down XIDs degrade the rack, domain XIDs fail it, `Verdict.rack`); while the rack is at
+fault, the fabric XIDs of that fault weigh nothing on its nodes (`absolved`), and a degraded
+rack's lost tray is not counted as links down on each node, so they are not failed or degraded
+one by one for the rack's fault.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from rackplane.models import Health, NodeTelemetry, XidAction
+from rackplane.models import Health, NodeTelemetry, RackHealth, XidAction
 from rackplane.policies._gpu_rules import Finding, gpu_findings, new_xids
 from rackplane.policies._rack_rules import (
     RackEvidence,
     RackRules,
     Sighting,
+    beyond_a_tray,
     fabric_off,
     fabric_sighting,
     rack_step,
+    tray_links_off,
 )
 from rackplane.policies.health import RANK, RackVerdict, RackView, Verdict
 from rackplane.policies.xid import HEALTH_OF, XidTable, default_table, worse
@@ -296,34 +300,40 @@ class GpuHealthRules:
         self.states[key] = state
         table, rack_verdict = self._table(overrides), None
         if rack is not None:
-            table, rack_verdict = self._rack(sample, rack, overrides)
+            table, rack_verdict, fault = self._rack(sample, rack, overrides)
             state = self.states[key]
+            if fault is RackHealth.DEGRADED and any(g.nvlink_down for g in sample.gpus):
+                sample = sample.model_copy(
+                    update={"gpus": tray_links_off(sample.gpus, self.rack_rules)}
+                )
         state, verdict = step(state, sample, table, self.rules)
         self.states[key] = state
         return verdict if rack_verdict is None else replace(verdict, rack=rack_verdict)
 
     def _rack(
         self, sample: NodeTelemetry, rack: RackView, overrides: Mapping[int, XidAction] | None
-    ) -> tuple[XidTable, RackVerdict | None]:
-        """The rack rule (`_rack_rules`); the table the node's own fold runs with."""
+    ) -> tuple[XidTable, RackVerdict | None, RackHealth]:
+        """The rack rule (`_rack_rules`); the table the node's own fold runs with, and the
+        fault the rack is held at."""
         rack_id, known = rack
         key = (sample.cluster, rack_id)
         table = self._table(overrides)
         before = self.racks.get(key) or RackEvidence()
         last = dict(self.states[(sample.cluster, sample.node)].last_xid)
         xids = fabric_sighting(sample.gpus, last, table, self.rack_rules)
-        sighting = Sighting(sample.node, sample.at, xids)
+        wide = bool(xids) and beyond_a_tray(sample.gpus, self.rack_rules)
+        sighting = Sighting(sample.node, sample.at, xids, wide)
         evidence, verdict = rack_step(before, rack_id, known, sighting, table, self.rack_rules)
         self.racks[key] = evidence
         if not evidence.at_fault:
-            return table, None
-        quiet = self._table({**(overrides or {}), **fabric_off(self.rack_rules)})
-        if verdict is not None or not before.at_fault:
+            return table, None, evidence.fault
+        quiet = self._table({**(overrides or {}), **fabric_off(self.rack_rules, evidence.fault)})
+        if verdict is not None or before.fault is not evidence.fault:
             for s in evidence.sightings:  # the nodes that gave the evidence
                 node = (sample.cluster, s.node)
                 if node in self.states:
                     self.states[node] = absolved(self.states[node], quiet)
-        return quiet, verdict
+        return quiet, verdict, evidence.fault
 
     def forget(self, cluster: str, node: str) -> None:
         """The node was repaired: its next samples start from healthy."""

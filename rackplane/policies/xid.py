@@ -20,8 +20,11 @@ effect on the local and the remote end of the link. An XID is a fabric XID when 
 sub-codes asks for a GPU reset and reaches the remote end (packet loss across the link): 144
 (SAW), 145 (RLW), 146 (TLW) and 149 (NETIR, link down; "investigate the peer device"). 147
 and 148 are only ever ignored, and 150 (MSE watchdog) is the GPU's own firmware with no
-remote effect. The telemetry carries no sub-code (NVML and DCGM give the XID alone), so the
-GPU Manager's rack rule works at XID level.
+remote effect. Of those, `link_xids` are the ones whose reset sub-codes are "Link Fatal": a
+link down, the peer (the NVSwitch port) to investigate: 149. The others (144-146) are fatal
+errors of the GPU's NVLink units with packet loss across the fabric. The telemetry carries no
+sub-code (NVML and DCGM give the XID alone), so the GPU Manager's rack rule works at XID level:
+link XIDs on two nodes degrade the rack (one NVSwitch tray), the others fail it.
 
 How an action weighs on the node (`HEALTH_OF`): `none` and `restart_app` leave it healthy (the
 application faulted, the GPU is fine); `reset_gpu`, `reboot_node` and `drain_and_replace` take
@@ -205,6 +208,20 @@ def fabric_xids() -> frozenset[int]:
         if r[col["resolution"]] == "RESET_GPU" and remote and not remote.startswith("none"):
             out.add(int(r[col["xid"]]))
     return frozenset(out)
+
+
+@cache
+def link_xids() -> frozenset[int]:
+    """Fabric XIDs of a link going down (module docstring): those with a reset sub-code of
+    severity "Link Fatal" (149 NETIR: NETIR_LINK_DOWN, "investigate the peer device")."""
+    rows = _read("xid_144_150_nvlink5_decode.csv")
+    col = {name: i for i, name in enumerate(rows[0])}
+    out = {
+        int(r[col["xid"]])
+        for r in rows[1:]
+        if r[col["resolution"]] == "RESET_GPU" and r[col["severity"]].startswith("Link Fatal")
+    }
+    return frozenset(out) & fabric_xids()
 
 
 def disagreements() -> dict[int, tuple[XidAction, XidAction]]:

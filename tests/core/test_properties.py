@@ -179,7 +179,7 @@ class ClusterMachine(RuleBasedStateMachine):
 
     @rule(
         r=st.sampled_from(RACKS),
-        health=st.sampled_from([RackHealth.FAILED] + [RackHealth.HEALTHY] * 3),
+        health=st.sampled_from([RackHealth.FAILED, RackHealth.DEGRADED] + [RackHealth.HEALTHY] * 3),
     )
     def rack_health(self, r: Any, health: RackHealth) -> None:
         self._send(cmd(ReportRackHealth, rack=r.id, health=health))

@@ -26,7 +26,7 @@ def test_nvml_xid_events_on_two_nodes_of_a_rack_fail_the_rack() -> None:
     nvml = {n: FakeNvml() for n in ("r01-n01", "r01-n02")}
     samplers = {n: NvmlSampler("c1", n, nvml=fake) for n, fake in nvml.items()}
     nvml["r01-n01"].inject_xid(0, 145)  # NVLink RLW error
-    nvml["r01-n02"].inject_xid(0, 149)  # NVLink NETIR link down
+    nvml["r01-n02"].inject_xid(0, 146)  # NVLink TLW error
     samples = []
     for second in range(0, 30, 10):
         for sampler in samplers.values():
@@ -47,13 +47,23 @@ def scrape(xids: dict[str, int]) -> str:
 
 def test_dcgm_last_xids_on_two_nodes_of_a_rack_fail_the_rack_once() -> None:
     before = scrape({"r01-n01": 0, "r01-n02": 0})
-    after = scrape({"r01-n01": 149, "r01-n02": 146})  # sticky from here on
+    after = scrape({"r01-n01": 144, "r01-n02": 146})  # sticky from here on
     samples = [
         s
         for seconds, text in ((0, before), (15, after), (30, after), (45, after))
         for s in convert(text, cluster="c1", at=T0 + timedelta(seconds=seconds)).samples
     ]
     assert rack_reports(samples) == [("r01", RackHealth.FAILED)]
+
+
+def test_dcgm_link_down_xids_on_two_nodes_of_a_rack_degrade_the_rack_once() -> None:
+    after = scrape({"r01-n01": 149, "r01-n02": 149})
+    samples = [
+        s
+        for seconds in (0, 15, 30)
+        for s in convert(after, cluster="c1", at=T0 + timedelta(seconds=seconds)).samples
+    ]
+    assert rack_reports(samples) == [("r01", RackHealth.DEGRADED)]
 
 
 def test_a_dcgm_scrape_of_one_sick_node_leaves_the_rack_alone() -> None:

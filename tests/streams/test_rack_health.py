@@ -1,5 +1,6 @@
 """Rack faults in the running system: `rackplane rack-health`, and the GPU Manager's rack rule
-from telemetry (NVLink-fabric XIDs on two nodes of one rack -> `ReportRackHealth`)."""
+from telemetry (NVLink-fabric XIDs on two nodes of one rack -> `ReportRackHealth`: link-down
+XIDs degrade the rack, the GPUs' NVLink units failing fail it)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def test_an_operator_fails_and_returns_a_rack_from_the_command_line(
     code, out = run(pipeline, *failed)
     assert (code, types(out)) == (0, ["CommandIgnored"])  # already failed: nothing changes
 
+    code, out = run(pipeline, "rack-health", "--cluster", c, "--rack", "r2", "--state", "degraded")
+    assert (code, types(out)) == (0, ["RackDegraded"])  # one tray back of two lost, say
+
     code, out = run(pipeline, "rack-health", "--cluster", c, "--rack", "r2", "--state", "healthy")
     assert (code, types(out)) == (0, ["RackRecovered"])
 
@@ -61,10 +65,11 @@ def test_an_operator_fails_and_returns_a_rack_from_the_command_line(
 
 def test_a_rack_state_the_model_lacks_is_refused_before_anything_is_sent() -> None:
     result = runner.invoke(
-        app, ["rack-health", "--cluster", "c", "--rack", "r1", "--state", "degraded"]
+        app, ["rack-health", "--cluster", "c", "--rack", "r1", "--state", "down"]
     )
     assert result.exit_code == 2
-    assert "'healthy', 'failed'" in result.output or "healthy, failed" in result.output
+    said = " ".join(result.output.replace("│", " ").split())  # the error box wraps lines
+    assert "'healthy', 'degraded', 'failed'" in said or "healthy, degraded, failed" in said
 
 
 def scrape(*hosts: str, xid: int) -> str:
@@ -96,22 +101,43 @@ def of(events: list[Event], kind: str) -> list[Any]:
     return [e for e in events if e.type == kind]
 
 
+def rack_event(p: Pipeline, cluster: str, xid: int, kind: str) -> Any:
+    """`xid` on one GPU of nodes r1-n0 and r1-n3, 5 s apart: the rack event it makes."""
+    samples = (xid_sample(cluster, "r1-n0", 0, xid), xid_sample(cluster, "r1-n3", 5, xid))
+    asyncio.run(publish(p, *samples))
+    (event,) = of(asyncio.run(p.events(cluster, lambda es: bool(of(es, kind)))), kind)
+    return event
+
+
 def test_nvlink_xids_on_two_nodes_of_a_rack_fail_the_rack_not_the_nodes(
     pipeline: Pipeline, tmp_path: Path
 ) -> None:
     c = registered(pipeline, tmp_path)
-    # dcgm-exporter's last XID, 149 (NVLink NETIR link down), on one GPU of two nodes of rack r1
-    asyncio.run(publish(pipeline, xid_sample(c, "r1-n0", 0, 149), xid_sample(c, "r1-n3", 5, 149)))
-    events = asyncio.run(pipeline.events(c, lambda es: bool(of(es, "RackFailed"))))
-    (failed,) = of(events, "RackFailed")
+    # dcgm-exporter's last XID, 146 (NVLink TLW error), on one GPU of two nodes of rack r1
+    failed = rack_event(pipeline, c, 146, "RackFailed")
     assert isinstance(failed, RackFailed) and failed.actor == "gpu_manager"
     assert failed.rack == "r1" and "r1-n0" in failed.cause and "r1-n3" in failed.cause
-    assert "XID 149" in failed.cause
+    assert "XID 146" in failed.cause
 
     # the incident goes on on both nodes for a minute: neither is failed for the rack's fault
-    later = [xid_sample(c, n, s, 149) for s in range(10, 70, 10) for n in ("r1-n0", "r1-n3")]
+    later = [xid_sample(c, n, s, 146) for s in range(10, 70, 10) for n in ("r1-n0", "r1-n3")]
     asyncio.run(publish(pipeline, *later))
     code, out = run(pipeline, "rack-health", "--cluster", c, "--rack", "r1", "--state", "healthy")
     assert (code, types(out)) == (0, ["RackRecovered"])
     log = asyncio.run(quiet_log(pipeline, c))
     assert of(log, "NodeFailed") == [] and len(of(log, "RackFailed")) == 1
+
+
+def test_link_down_xids_on_two_nodes_of_a_rack_degrade_the_rack_and_its_work_stays(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    c = registered(pipeline, tmp_path)
+    # 149 (NVLink NETIR link down) on two nodes of rack r1: one NVSwitch tray lost
+    degraded = rack_event(pipeline, c, 149, "RackDegraded")
+    assert degraded.actor == "gpu_manager" and degraded.rack == "r1"
+    assert "one NVSwitch tray" in degraded.cause and "XID 149" in degraded.cause
+    later = [xid_sample(c, n, s, 149) for s in range(10, 40, 10) for n in ("r1-n0", "r1-n3")]
+    asyncio.run(publish(pipeline, *later))
+    log = asyncio.run(quiet_log(pipeline, c))
+    assert of(log, "NodeFailed") == [] and of(log, "RackFailed") == []
+    assert len(of(log, "RackDegraded")) == 1
