@@ -17,7 +17,15 @@ Theory of operation
 3. Rejected input (`rackplane.rejected`) is counted where the worker sends it
    (`CountingSender`), by agent, source topic and a bounded reason class (`reason_class`):
    the reasons themselves name clusters and offsets, which would make a series per record.
-4. The fragmentation index of a pod (and of the cluster) is the share of its free nodes that
+4. Every cluster once (issue 20). A worker shows the clusters of the events partitions it
+   holds, as of its latest assignment, and only those: a partition it does not get at an
+   assignment leaves at once, the new owner shows it once it loaded it (at its assignment,
+   idle clusters too). Through a rebalance a worker keeps what it showed (every controller
+   is fenced from revocation to assignment, so the log does not move). Each worker says
+   which partitions it shows (`rackplane_events_partition_shown{partition}`), how many it
+   holds and how many the topic has: a partition shown by no worker, or by two, is visible
+   (`HoldingCollector`).
+5. The fragmentation index of a pod (and of the cluster) is the share of its free nodes that
    cannot be part of a full default-size slice: `1 - sum(floor(free_r / s) * s) / sum(free_r)`
    over its racks, where `free_r` is a rack's free nodes beyond its spares (healthy,
    uncordoned, unallocated: what placement may use) and `s` the cluster's `slice_size`
@@ -186,6 +194,47 @@ class CountingSender:
         result = await pending
         self.counts[labels] += 1
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """The events partitions of one worker, for `/metrics`."""
+
+    held: int
+    """Assigned to this worker now (0 during a rebalance)."""
+    shown: frozenset[int]
+    """Those whose clusters' series this worker's `/metrics` carries."""
+    of: int
+    """The events topic's partitions."""
+
+
+class HoldingCollector:
+    """Writes a worker's `Holding` at each scrape (see 4. above)."""
+
+    def __init__(self, holding: Callable[[], Holding]) -> None:
+        self.holding = holding
+
+    def describe(self) -> list[Any]:
+        return []  # read at collect time only (no pre-registration check)
+
+    def collect(self) -> Iterator[Metric]:
+        h = self.holding()
+        yield GaugeMetricFamily(
+            "rackplane_events_partitions_held",
+            "Events partitions assigned to this worker now (0 during a rebalance)",
+            value=h.held,
+        )
+        yield GaugeMetricFamily(
+            "rackplane_events_partitions", "Partitions of the events topic", value=h.of
+        )
+        shown = _family(
+            "rackplane_events_partition_shown",
+            "1 for each events partition whose clusters this worker's per-cluster series cover",
+            ["partition"],
+        )
+        for p in sorted(h.shown):
+            shown.add_metric([str(p)], 1)
+        yield shown
 
 
 class ClusterCollector:

@@ -49,12 +49,14 @@ from rackplane.streams._deliveries import CatchUp, Holes, RecordReader
 from rackplane.streams._fatal import guarded
 from rackplane.streams._following import Follower, FollowerCatchUp
 from rackplane.streams._latency import TimedAppender
+from rackplane.streams._views import Answer, ClusterViews, LogReads, Unread
 from rackplane.streams.agents import Controller, GpuManager, PolicyRunner
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
 from rackplane.streams.audit_agent import AuditAgent, audit_loop
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import STALL_S, EventLog
-from rackplane.streams.projection_agent import Metrics, Projections
+from rackplane.streams.live import LiveLog
+from rackplane.streams.projection_agent import Metrics, Projections, jobs_of, racks_of
 from rackplane.streams.replicas import Replicas, StoreCheckpoints
 from rackplane.streams.senders import FastSender, SharedProducer, sender_for
 from rackplane.streams.snapshots import SnapshotStore
@@ -79,6 +81,9 @@ PROJECTION_WITHIN = 0.25
 # per node every few seconds, and each idle fetch costs the worker and the broker CPU (an idle
 # worker on Tansu: ~22% of a core for itself and ~18% for Tansu with every consumer at 5 ms).
 TELEMETRY_FETCH_WAIT_MS = 100
+# Seconds a view's read of the log may stand still (a held-elsewhere cluster, a rebalance):
+# a dashboard waits this long at most before the view answers 503.
+VIEW_READ_TIMEOUT_S = 5.0
 
 
 def create_app(
@@ -316,6 +321,7 @@ def create_app(
     app.add_dependency(_StartsWithApp(loops, fence))
 
     projections: Projections | None = None
+    log_reads: LogReads | None = None
     if config.projections:
         occupancy = app.Table(
             "occupancy", default=None, partitions=config.partitions, use_partitioner=True
@@ -341,7 +347,8 @@ def create_app(
             await guarded("projections", body)
 
         projections.metrics.watch(controller, followers)
-        _add_views(app, projections, private)
+        log_reads = LogReads(lambda: LiveLog(config, timeout=VIEW_READ_TIMEOUT_S, trust=trust))
+        _add_views(app, ClusterViews(projections, log_reads), private)
 
     @app.page("/clusters/{cluster}/controller/")
     @private
@@ -369,6 +376,8 @@ def create_app(
         health.ready = False
         for r in replicas:
             r.forget()
+        if projections is not None:
+            projections.revoke()  # the views read the log until the next assignment
         for f in followers:
             f.forget()
         events_released.forget()
@@ -403,6 +412,8 @@ def create_app(
         for eventlog in logs:
             await eventlog.stop()
         await store.stop()
+        if log_reads is not None:
+            await log_reads.stop()
         await command_reader.stop()
         await events_reader.stop()
         await shared.stop()
@@ -589,21 +600,37 @@ def _policy_agent(name: str, follower: Follower) -> Any:
     return agent
 
 
-def _add_views(app: faust.App, projections: Projections, private: Private) -> None:
+def _add_views(app: faust.App, views: ClusterViews, private: Private) -> None:
+    """The cluster views and `/metrics` (what they answer: `_views`)."""
+
+    async def about(web: Any, cluster: str, respond: Callable[[Answer], Any]) -> Any:
+        """`respond(answer)`, or 404 for a cluster in no log, 503 for a log not read."""
+        try:
+            found = await views.cluster(cluster)
+        except Unread as err:
+            return web.json({"error": str(err)}, status=503)
+        if found is None:
+            return web.json({"error": "unknown cluster"}, status=404)
+        return respond(found)
+
     @app.page("/clusters/")
     @private
     async def clusters(web: Any, request: Any) -> Any:
-        return web.json(projections.clusters())
+        found, missing = await views.clusters()
+        headers = (
+            {"X-Rackplane-Unread-Partitions": ",".join(map(str, missing))} if missing else None
+        )
+        return web.json([a.summary() for a in found], headers=headers)
 
-    def rows_or_404(web: Any, rows: list[dict[str, Any]] | None) -> Any:
-        if rows is None:
-            return web.json({"error": "unknown cluster"}, status=404)
-        return web.json(rows)
+    @app.page("/clusters/{cluster}/")
+    @private
+    async def cluster(web: Any, request: Any, cluster: str) -> Any:
+        return await about(web, cluster, lambda a: web.json(a.summary()))
 
     @app.page("/clusters/{cluster}/racks/")
     @private
     async def racks(web: Any, request: Any, cluster: str) -> Any:
-        return rows_or_404(web, projections.racks(cluster))
+        return await about(web, cluster, lambda a: web.json(racks_of(a.state), headers=a.headers()))
 
     @app.page("/clusters/{cluster}/jobs/")
     @private
@@ -612,16 +639,20 @@ def _add_views(app: faust.App, projections: Projections, private: Private) -> No
             page = Page.of(request.query)
         except ValueError as err:
             return web.json({"error": str(err)}, status=400)
-        rows = projections.job_rows(cluster)
-        if rows is None:
-            return web.json({"error": "unknown cluster"}, status=404)
-        shown, after = page.cut(rows)
-        headers = {"X-Next-After": after} if after is not None else None
-        return web.json(shown, headers=headers)
+
+        def paged(a: Answer) -> Any:
+            shown, after = page.cut(jobs_of(a.state))
+            headers = a.headers()
+            if after is not None:
+                headers["X-Next-After"] = after
+            return web.json(shown, headers=headers)
+
+        return await about(web, cluster, paged)
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
-        return web.bytes(projections.metrics.render(), content_type="text/plain; version=0.0.4")
+        body = views.projections.metrics.render()
+        return web.bytes(body, content_type="text/plain; version=0.0.4")
 
 
 Private = Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]

@@ -29,6 +29,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from rackplane.logtrust import LogTrust
 from rackplane.models import Event
 from rackplane.projections import ClusterState
 from rackplane.streams._partition_reader import highwater
@@ -61,14 +62,18 @@ class ClusterView:
 class LiveLog:
     """Reads clusters' states from the events topic (`async with LiveLog(config) as live:`)."""
 
-    def __init__(self, config: StreamConfig, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, config: StreamConfig, *, timeout: float = 10.0, trust: LogTrust | None = None
+    ) -> None:
         """Args:
         config: the pipeline's connection and topic settings.
         timeout: seconds a read may stand still before it fails (TimeoutError).
+        trust: the keys events and checkpoints are taken from (None: `config.log_trust()`;
+            a worker passes its own, which holds its key too).
         """
         self.config = config
         self.timeout = timeout
-        trust = config.log_trust()
+        trust = trust if trust is not None else config.log_trust()
         kafka = config.kafka_options()
         self.topic = config.topic("events")
         self.events = EventLog(

@@ -6,7 +6,10 @@ they reflect, `jobs["cluster/job"]` one row per unfinished job (deleted when it 
 Reads (web views, `/metrics`) come from the agent's in-memory replica, which the tables mirror.
 After an assignment the worker loads the replicas of the partitions it holds at once (`hold`,
 `show`), so the views and `/metrics` show every held cluster, idle ones too, without waiting
-for an event, and drop the figures of clusters it no longer holds (`_metrics`).
+for an event, and drop the figures of clusters it no longer holds (`_metrics`). A revocation
+(`revoke`) leaves nothing held until the next assignment; the figures stay until then (no
+controller writes during a rebalance, so they stay true), and the views answer from the log
+(`_views`) for every cluster of a partition that is not both held and loaded (`live`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from rackplane.streams._metrics import (
     ClusterCollector,
     CountingSender,
     Figures,
+    Holding,
+    HoldingCollector,
     LiveCounts,
     figures_of,
 )
@@ -101,6 +106,11 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+    def holding(self, partitions: Callable[[], Holding]) -> None:
+        """Also serve which events partitions this worker holds and shows (read when
+        scraped): Prometheus sees a gap or an overlap between workers there."""
+        self.registry.register(HoldingCollector(partitions))
 
     def update(self, state: ClusterState, rows: list[RackOccupancy]) -> None:
         """Show the cluster as of `state` (its rack rows: `rack_occupancy(state)`)."""
@@ -235,15 +245,45 @@ class Projections:
         self.limit = limit
         self.metrics = metrics if metrics is not None else Metrics()
         self.held: set[int] | None = None
-        """The events partitions this worker holds (None: not told yet)."""
+        """The events partitions this worker holds (None: not told yet; empty from a
+        revocation to the next assignment)."""
+        self.shown: set[int] = set()
+        """The events partitions whose clusters' figures `/metrics` shows."""
         self._lock = asyncio.Lock()
+        self.metrics.holding(self.holding)
 
     def hold(self, partitions: Iterable[int]) -> None:
         """An assignment: the worker now holds these events partitions. What `/metrics`
         shows of clusters elsewhere goes at once; `show` loads the held ones."""
         self.held = set(partitions)
         held = self.held
+        self.shown &= held
         self.metrics.keep(lambda c: self.replicas.partition_of(c) in held)
+
+    def revoke(self) -> None:
+        """A rebalance began: nothing is held until the next assignment (`hold`). The
+        figures stay: every controller is fenced until then, so the log does not move, and
+        the next assignment drops those of partitions that went elsewhere."""
+        self.held = set()
+
+    def holds(self, partition: int) -> bool:
+        """Whether this worker holds the events partition now."""
+        return self.held is not None and partition in self.held
+
+    def live(self, partition: int) -> bool:
+        """Whether the partition's clusters are served from this worker's replicas: held,
+        and loaded since the assignment."""
+        return self.holds(partition) and self.replicas.loaded(partition)
+
+    def states_of(self, partition: int) -> list[ClusterState]:
+        """The registered clusters of a `live` partition, by id."""
+        states = (self.replicas.states.get(c) for c in sorted(self.replicas.members(partition)))
+        return [s for s in states if s is not None and s.registered]
+
+    def holding(self) -> Holding:
+        """What `/metrics` says of the partitions (`Metrics.holding`)."""
+        held = self.held or set()
+        return Holding(held=len(held), shown=frozenset(self.shown), of=self.replicas.partitions)
 
     async def show(self, partitions: Iterable[int]) -> None:
         """Load the held `partitions` into the replicas now, so that the views and
@@ -262,10 +302,13 @@ class Projections:
                 if self.held is not None and p not in self.held:
                     self.replicas.forget([p])  # revoked during the read
                     continue
-                for c in sorted(self.replicas.members(p)):
-                    state = self.replicas.states.get(c)
-                    if state is not None and state.registered:
-                        self.metrics.update(state, rack_occupancy(state))
+                self._show_partition(p)
+
+    def _show_partition(self, p: int) -> None:
+        """Figures for every cluster of the loaded partition `p`, idle ones too."""
+        for state in self.states_of(p):
+            self.metrics.update(state, rack_occupancy(state))
+        self.shown.add(p)
 
     async def process(self, batch: Sequence[Any]) -> None:
         """Apply the batch; rewrite the table rows it changed."""
@@ -294,7 +337,11 @@ class Projections:
                 continue
             by_cluster.setdefault(event.cluster, []).append((event, message))
         for cluster, items in by_cluster.items():
+            p = self.replicas.partition_of(cluster)
+            loading = not self.replicas.loaded(p)
             state, history = await self.replicas.follow(cluster)
+            if loading and self.replicas.loaded(p) and self.holds(p):
+                self._show_partition(p)  # loaded by this event (`show` failed or came later)
             known = cluster in self.replicas.states
             events = self._in_line(state, items, rejections)
             touched = {getattr(e, "job", None) for e in history}
@@ -359,13 +406,19 @@ class Projections:
 
     def racks(self, cluster: str) -> list[dict[str, Any]] | None:
         state = self.replicas.states.get(cluster)
-        return None if state is None else [r.model_dump() for r in rack_occupancy(state)]
+        return None if state is None else racks_of(state)
 
     def job_rows(self, cluster: str) -> list[dict[str, Any]] | None:
         state = self.replicas.states.get(cluster)
-        if state is None:
-            return None
-        rows = (
-            job_row(state, j) for j in sorted(state.jobs, key=lambda j: state.jobs[j].queue_key)
-        )
-        return [r for r in rows if r is not None]
+        return None if state is None else jobs_of(state)
+
+
+def racks_of(state: ClusterState) -> list[dict[str, Any]]:
+    """The cluster's rack rows as JSON-ready data (the racks view)."""
+    return [r.model_dump() for r in rack_occupancy(state)]
+
+
+def jobs_of(state: ClusterState) -> list[dict[str, Any]]:
+    """The cluster's unfinished jobs in queue order as JSON-ready data (the jobs view)."""
+    rows = (job_row(state, j) for j in sorted(state.jobs, key=lambda j: state.jobs[j].queue_key))
+    return [r for r in rows if r is not None]
