@@ -54,6 +54,7 @@ from rackplane.models import (
     SubmitJob,
     UncordonNode,
 )
+from rackplane.streams.client import telemetry_key
 from rackplane.streams.codec import decode_event, encode_command
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.eventlog import is_marker
@@ -126,9 +127,10 @@ class Sender:
         )
 
     def sample(self, sample: NodeTelemetry) -> Sent:
-        """Send a telemetry sample keyed by its node."""
+        """Send a telemetry sample keyed as the client keys it (by its cluster)."""
         value = TELEMETRY.dump_json(sample, exclude_none=True)
-        return self.raw("telemetry", value, key=sample.node.encode(), expect="none", kind="sample")
+        key = telemetry_key(sample)
+        return self.raw("telemetry", value, key=key, expect="none", kind="sample")
 
     def raw(
         self,

@@ -118,7 +118,7 @@ def test_kcat_produces_telemetry_that_rackplane_classifies_and_reads_its_events(
     asyncio.run(registered(pipeline, c))
     n = "r1-n2"
     lines = "".join(
-        f"{n}|{TELEMETRY.dump_json(sample(c, n, s, xid=48)).decode()}\n" for s in (0, 10)
+        f"{c}|{TELEMETRY.dump_json(sample(c, n, s, xid=48)).decode()}\n" for s in (0, 10)
     )
     bootstrap = pipeline.config.bootstrap
     produced = subprocess.run(

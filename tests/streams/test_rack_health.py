@@ -15,9 +15,18 @@ from typer.testing import CliRunner
 from rackplane.cli import app
 from rackplane.exporters import convert
 from rackplane.importers import dump_cluster_file
-from rackplane.models import Event, NodeTelemetry, RackFailed
+from rackplane.models import TELEMETRY, Event, NodeTelemetry, RackFailed
 from rackplane.streams.client import Client
-from tests.streams.conftest import Pipeline, new_cluster, quiet_log, small_topology
+from rackplane.streams.eventlog import partition_for
+from rackplane.streams.process import WorkerProcess
+from tests.conftest import BrokerUnderTest
+from tests.streams.conftest import (
+    Pipeline,
+    new_cluster,
+    quiet_log,
+    small_topology,
+    start_pipeline,
+)
 from tests.streams.test_cli import run
 
 pytestmark = pytest.mark.broker
@@ -141,3 +150,43 @@ def test_link_down_xids_on_two_nodes_of_a_rack_degrade_the_rack_and_its_work_sta
     log = asyncio.run(quiet_log(pipeline, c))
     assert of(log, "NodeFailed") == [] and of(log, "RackFailed") == []
     assert len(of(log, "RackDegraded")) == 1
+
+
+# Two workers in one group, 2 partitions: each reads one telemetry partition. Keyed by node,
+# r1-n0 and r1-n3 would land on different partitions, and neither worker would see both.
+
+
+async def telemetry_partitions(p: Pipeline, cluster: str) -> set[int]:
+    """The partitions holding the cluster's telemetry records."""
+    found: set[int] = set()
+    async with Client(p.config) as client:
+        consumer = client.reader("telemetry")
+        await consumer.start()
+        try:
+            for _ in range(4):  # a few fetches: both partitions answered by then
+                for tp, records in (await consumer.getmany(timeout_ms=1_000)).items():
+                    for r in records:
+                        if TELEMETRY.validate_json(r.value).cluster == cluster:
+                            found.add(tp.partition)
+        finally:
+            await consumer.stop()
+    return found
+
+
+def test_with_two_workers_the_nodes_of_a_rack_still_meet_on_one_of_them(
+    broker: BrokerUnderTest, tmp_path: Path
+) -> None:
+    assert partition_for("r1-n0", 2) != partition_for("r1-n3", 2)  # apart, keyed by node
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    p = start_pipeline(broker, tmp_path / "first")
+    second = WorkerProcess(p.config, data_dir=tmp_path / "second")
+    try:
+        second.start()
+        c = registered(p, tmp_path)
+        failed = rack_event(p, c, 146, "RackFailed")
+        assert failed.rack == "r1" and "r1-n0" in failed.cause and "r1-n3" in failed.cause
+        assert asyncio.run(telemetry_partitions(p, c)) == {partition_for(c, 2)}
+    finally:
+        second.stop()
+        p.worker.stop()
