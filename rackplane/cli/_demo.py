@@ -79,7 +79,10 @@ class _Story:
         return events
 
     def start_placed(self) -> None:
-        for job in [j for j in self.engine.state.jobs.values() if j.status.value == "placed"]:
+        """Start every placed job, in submission order: the state's map iterates in hash
+        order, and each command moves the clock, so any other order changes the story."""
+        placed = [j for j in self.engine.state.jobs.values() if j.status.value == "placed"]
+        for job in sorted(placed, key=lambda j: j.order):
             self.send(StartJob, actor="runtime", job=job.id)
 
     def say(self, step: str, events: list[Event], *kinds: str) -> None:
@@ -227,11 +230,11 @@ def demo(
     victim_rack = _fail_under_hero(story, scale.hero, topo.policy.spares_per_rack)
 
     clock.now += timedelta(hours=2)
-    running = [
+    running = sorted(  # the state's map iterates in hash order (see `start_placed`)
         j.id
         for j in engine.state.jobs.values()
         if j.id.startswith("small-") and j.status.value == "running"
-    ]
+    )
     ended = rng.sample(running, k=len(running) // 2)
     for job_id in ended:
         story.send(CompleteJob, actor="runtime", job=job_id)

@@ -254,9 +254,9 @@ def _register_topology(s: ClusterState, c: RegisterTopology, out: Emitter) -> No
         if s.index.topology == t and settings == s.settings:
             chk.ignore("this topology and these settings are already registered")
         new_rack = {n: r.id for r in t.racks for n in r.nodes}
-        moved = [
+        moved = sorted(  # sorted: the rejection names the same first node under any hash seed
             n.id for n in s.nodes.values() if n.job is not None and new_rack.get(n.id) != n.rack
-        ]
+        )
         if moved:
             chk.reject(
                 "topology_conflict",

@@ -80,8 +80,9 @@ def _broken_slices(
                 for s in job.slices if job else ():
                     if e.rack in s.racks:
                         found[(job_id, s.index)] = None
-    if rescan:  # a proposal was stale: look at every running slice again
-        for job in state.jobs.values():
+    if rescan:  # a proposal was stale: look at every running slice again, in queue order
+        # (the jobs map iterates in hash order: who gets a scarce spare must not depend on it)
+        for job in sorted(state.jobs.values(), key=lambda j: j.queue_key):
             for s in job.slices:
                 if _failed_nodes(state, s) or not _racks_in_service(state, s):
                     found[(job.id, s.index)] = None
