@@ -2,7 +2,9 @@
 
 Run: `.venv/bin/pip install resvg-py` once (a PyPI wheel: resvg, no system library), then
 `.venv/bin/python scripts/tui_screenshots.py [--racks 128] [--out docs/tui]`. The console runs
-headless at 200x60 on the seeded demo story (`rackplane tui --demo 128` shows the same).
+headless at 200x60 on the demo source of `rackplane tui --demo 128`: the seeded story, then the
+in-process engine (`EngineSource`, mode DEMO), so the status line says what an operator sees.
+resvg-py is not among the dev extras; without it the script stops before writing anything.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from rackplane.tui import ConsoleApp, MemorySource
-from rackplane.tui.sample import sample_events
+from rackplane.tui import ConsoleApp
+from rackplane.tui.sample import demo_source
 
 VIEWS = {
     "cluster": ("1",),
@@ -26,11 +28,10 @@ VIEWS = {
 
 
 async def shoot(racks: int, out: Path) -> list[Path]:
-    events = sample_events(racks)
     svgs = []
     for name, keys in VIEWS.items():
-        app = ConsoleApp(MemorySource(events, description=f"demo ({racks} racks)"),
-                         actor="operator:docs")  # fmt: skip
+        # A fresh engine per view: each screenshot starts where the story ends.
+        app = ConsoleApp(demo_source(racks), actor="operator:docs")
         async with app.run_test(size=(200, 60)) as pilot:
             await pilot.pause()
             await pilot.press(*keys)
