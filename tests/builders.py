@@ -14,7 +14,9 @@ from rackplane.models import (
     JobSpec,
     PolicySettings,
     Rack,
+    RackHealth,
     RegisterTopology,
+    ReportRackHealth,
     Topology,
 )
 from rackplane.policies import decide
@@ -86,3 +88,13 @@ class Harness:
             rejected = [e for e in events if isinstance(e, CommandRejected)]
             assert not rejected, f"setup command {c.type} rejected: {rejected[0].reason}"
         return self
+
+
+def racks_healthy_degraded_failed(cause: str = "") -> Harness:
+    """Three racks of 4 nodes: r01 healthy, r02 degraded (one NVSwitch tray lost, `cause`),
+    r03 failed."""
+    h = Harness().given(register(rack("r01", 4), rack("r02", 4), rack("r03", 4)))
+    return h.given(
+        cmd(ReportRackHealth, rack="r02", health=RackHealth.DEGRADED, cause=cause),
+        cmd(ReportRackHealth, rack="r03", health=RackHealth.FAILED),
+    )

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rackplane.models import describe_error
+from rackplane.models import RackHealth, describe_error
 from rackplane.projections import ClusterSummary, RackOccupancy
 
 console = Console()
@@ -53,6 +53,14 @@ def log_to_stderr(log_level: str) -> None:
     )
 
 
+_RACK_MARK = {
+    RackHealth.HEALTHY: "",
+    RackHealth.DEGRADED: " [dark_orange](degraded)[/]",
+    RackHealth.FAILED: " [red](rack fault)[/]",
+}
+"""What follows a rack's id in the racks table."""
+
+
 def print_json(data: Any) -> None:
     """JSON on stdout, nothing else (for scripts)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
@@ -75,7 +83,7 @@ def occupancy_table(rows: list[RackOccupancy], title: str = "Rack occupancy") ->
     for r in rows:
         jobs = ", ".join(r.jobs[:4]) + (f" +{len(r.jobs) - 4}" if len(r.jobs) > 4 else "")
         t.add_row(
-            r.rack + ("" if r.healthy else " [red](rack fault)[/]"),
+            r.rack + _RACK_MARK[r.health],
             r.pod,
             str(r.allocated),
             str(r.free),

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from rackplane.models import Health, JobId, JobStatus, NodeId, PodId, RackId
+from rackplane.models import Health, JobId, JobStatus, NodeId, PodId, RackHealth, RackId
 from rackplane.projections.state import ClusterState, JobState
 
 
@@ -40,6 +40,7 @@ class RackOccupancy(BaseModel):
     rack: RackId
     pod: PodId
     healthy: bool
+    """No rack-level fault (False while degraded or failed)."""
     nodes: int
     allocated: int
     free: int
@@ -47,6 +48,8 @@ class RackOccupancy(BaseModel):
     failed: int
     unavailable: int
     jobs: tuple[JobId, ...]
+    health: RackHealth = RackHealth.HEALTHY
+    """healthy, degraded (one NVSwitch tray lost: it runs work) or failed."""
 
 
 class ClusterSummary(BaseModel):
@@ -112,6 +115,7 @@ def rack_occupancy(state: ClusterState) -> list[RackOccupancy]:
                 rack=rack.id,
                 pod=rack.pod,
                 healthy=state.racks[rack.id].healthy,
+                health=state.racks[rack.id].health,
                 nodes=len(rack.nodes),
                 allocated=counts[NodeRole.ALLOCATED],
                 free=counts[NodeRole.FREE],

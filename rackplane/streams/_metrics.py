@@ -52,6 +52,7 @@ from rackplane.models import (
     NodeFailed,
     NodeRecovered,
     NodeRepaired,
+    RackHealth,
 )
 from rackplane.projections import ClusterState, RackOccupancy, cluster_summary
 
@@ -83,6 +84,7 @@ class Figures:
     blocked: dict[str, int]
     racks_full: int
     racks: tuple[RackOccupancy, ...]
+    racks_degraded: int
     pods: dict[str, tuple[float, int]]
     """Pod -> (fragmentation index, full default slices its free nodes hold)."""
     cluster_fragmentation: float
@@ -116,6 +118,7 @@ def figures_of(state: ClusterState, rows: Sequence[RackOccupancy]) -> Figures:
         blocked={reason: blocked[reason] for reason in BLOCK_REASONS},
         racks_full=s.racks_full,
         racks=tuple(rows),
+        racks_degraded=sum(r.health is RackHealth.DEGRADED for r in rows),
         pods={pod: fragmentation(frees, size) for pod, frees in by_pod.items()},
         cluster_fragmentation=fragmentation((r.free for r in rows), size)[0],
         waiting=waiting,
@@ -282,6 +285,12 @@ def _cluster_gauges(shown: list[tuple[str, Figures]]) -> Iterator[Metric]:
         "rackplane_jobs_blocked", "Queued jobs blocked, by reason", ["cluster", "reason"]
     )
     full = _family("rackplane_racks_full", "Racks with no free node above spares", ["cluster"])
+    degraded = _family(
+        "rackplane_racks_degraded",
+        "Racks degraded (an NVSwitch tray lost): they run work, new slices only when no healthy "
+        "rack fits",
+        ["cluster"],
+    )
     seq = _family("rackplane_event_seq", "Last event applied", ["cluster"])
     frag = _family(
         "rackplane_cluster_fragmentation_ratio",
@@ -296,15 +305,18 @@ def _cluster_gauges(shown: list[tuple[str, Figures]]) -> Iterator[Metric]:
         for reason, n in f.blocked.items():
             blocked.add_metric([c, reason], n)
         full.add_metric([c], f.racks_full)
+        degraded.add_metric([c], f.racks_degraded)
         seq.add_metric([c], f.seq)
         frag.add_metric([c], f.cluster_fragmentation)
-    yield from (nodes, jobs, blocked, full, seq, frag)
+    yield from (nodes, jobs, blocked, full, degraded, seq, frag)
 
 
 def _rack_gauges(shown: list[tuple[str, Figures]]) -> Iterator[Metric]:
     where = ["cluster", "pod", "rack"]
     nodes = _family("rackplane_rack_nodes", "Nodes of a rack by role", [*where, "role"])
-    healthy = _family("rackplane_rack_healthy", "1 while the rack has no rack-level fault", where)
+    healthy = _family(
+        "rackplane_rack_healthy", "1 while the rack has no rack-level fault (degraded: 0)", where
+    )
     pod_frag = _family(
         "rackplane_pod_fragmentation_ratio",
         "Share of the pod's free nodes that cannot serve a full default-size slice",

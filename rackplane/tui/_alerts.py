@@ -1,5 +1,7 @@
 """Alerts: what needs an operator's eye, computed from a state and the events before it.
 
+- a failed rack (critical), a degraded rack (warning: one NVSwitch tray lost, it keeps its
+  work and takes new slices only when no healthy rack fits them);
 - a rack out of spares: it runs work and has no healthy free node left for a hot swap;
 - a job blocked by topology for longer than `blocked_after`;
 - a flapping node: `flap_changes` health changes or more within `flap_window`;
@@ -59,9 +61,19 @@ def alerts(
 def _spares(state: ClusterState) -> list[Alert]:
     out = []
     for rack in state.racks.values():
-        if not rack.healthy:
+        if not rack.in_service:
             out.append(Alert("rack failed", "critical", rack.id, rack.cause or "rack-level fault"))
             continue
+        if rack.degraded:
+            why = rack.cause or "part of its NVLink fabric lost"
+            out.append(
+                Alert(
+                    "rack degraded",
+                    "warning",
+                    rack.id,
+                    f"{why}; its work stays, new slices go there only when no healthy rack fits",
+                )
+            )
         busy = len(rack.free) < rack.size
         if busy and not rack.free:
             out.append(

@@ -5,7 +5,9 @@ or the colour of the job it serves: one colour per job) and its glyph what else 
 (`b` a borrowed spare, `~` degraded, `c` cordoned, `X` failed). Colours come from a fixed
 palette indexed by a stable hash of the job id, so a job keeps its colour across runs and
 screenshots; the palette and the state colours stay apart in 256 and 16 colours too. The rack
-id is marked after it, not only coloured: `*` held for a job, `!` a rack-level fault.
+id is marked after it, not only coloured: `*` held for a job, `~` a degraded rack (one NVSwitch
+tray lost: it keeps its work, new slices go there only when no healthy rack fits), `!` a failed
+rack (the whole NVLink domain down).
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ RESERVED = Style(color="#ffd75f", bold=True)
 HELD_MARK = "*"
 """After the id of a rack held for a job (a defrag plan's reservation): not by colour alone."""
 FAILED_MARK = "!"
-"""After the id of a rack with a rack-level fault (NVSwitch tray, power shelf)."""
+"""After the id of a failed rack (the whole NVLink domain: NVSwitch trays, power shelf)."""
+DEGRADED_MARK = "~"
+"""After the id of a degraded rack (one NVSwitch tray lost): the node cells' degraded glyph."""
+WARN = Style(color=STATE_COLOURS["degraded"], bold=True)
+"""A degraded rack's label: the degraded nodes' orange, apart from the held and failed labels."""
 LEGEND = (
     ("free", ROLE_STYLE[NodeRole.FREE], "  "),
     ("spare", ROLE_STYLE[NodeRole.SPARE], "  "),
@@ -79,7 +85,8 @@ LEGEND = (
 """The node cells: (label, style, glyph)."""
 RACK_LEGEND = (
     ("held for a job (defrag plan, reservation)", RESERVED, f"r07{HELD_MARK}"),
-    ("rack fault (NVSwitch tray, power)", BAD, f"r07{FAILED_MARK}"),
+    ("degraded (NVSwitch tray lost)", WARN, f"r07{DEGRADED_MARK}"),
+    ("failed (NVLink domain, power)", BAD, f"r07{FAILED_MARK}"),
 )
 """The rack labels: (label, style, sample label)."""
 LABEL_SEGMENTS = 3
@@ -177,7 +184,9 @@ def render_rack(state: ClusterState, rack: str, layout: RowLayout) -> RackRow:
     roles = node_roles(state, rack)
     label = (
         (FAILED_MARK, BAD)
-        if not r.healthy
+        if not r.in_service
+        else (DEGRADED_MARK, WARN)
+        if r.degraded
         else (HELD_MARK, RESERVED)
         if rack in state.reservations
         else (" ", TEXT)

@@ -21,6 +21,7 @@ EVENT_ROWS = 500
 EVENT_COLOURS = {
     "NodeFailed": "bold #ff5f5f",
     "RackFailed": "bold #ff5f5f",
+    "RackDegraded": "bold #ff9800",
     "NodeDegraded": "#ff9800",
     "CommandRejected": "#ff9800",
     "NodeSwapped": "#5fd7ff",

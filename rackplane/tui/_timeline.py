@@ -20,7 +20,7 @@ from rackplane.projections import ClusterState, evolve, initial_state
 CHECKPOINT_EVERY = 256
 
 NOTABLE: dict[str, frozenset[str]] = {
-    "failure": frozenset({"NodeFailed", "NodeDegraded", "RackFailed"}),
+    "failure": frozenset({"NodeFailed", "NodeDegraded", "RackFailed", "RackDegraded"}),
     "swap": frozenset({"NodeSwapped", "SliceMigrated", "SliceDegraded"}),
     "preemption": frozenset({"JobPreempted", "DefragPlanned"}),
 }

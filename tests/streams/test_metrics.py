@@ -26,8 +26,10 @@ from rackplane.models import (
     JobPlaced,
     JobSpec,
     PolicySettings,
+    RackHealth,
     RegisterTopology,
     ReportNodeHealth,
+    ReportRackHealth,
     SubmitJob,
 )
 from rackplane.policies import TopologyAwareScheduler
@@ -192,6 +194,23 @@ async def test_metrics_show_each_rack_pod_fragmentation_and_blocked_jobs() -> No
     assert dict(next(iter(since)))["reason"] == reason
     assert list(series(p, "rackplane_blocked_job_nodes", cluster=c, job="big").values()) == [20]
     assert not series(p, "rackplane_blocked_job_nodes", cluster=c, job="a")  # placed: not shown
+
+
+async def test_metrics_count_the_degraded_racks_and_show_them_not_healthy() -> None:
+    log = MemoryLog()
+    c = cluster_on(0)
+    story = Story(c, log)
+    story.register()
+    for rack, health in (("r1", RackHealth.DEGRADED), ("r2", RackHealth.DEGRADED)):
+        story.run(ReportRackHealth(**story._command_fields(), rack=rack, health=health))
+    story.run(ReportRackHealth(**story._command_fields(), rack="r3", health=RackHealth.FAILED))
+    p = projections(log)
+    await p.process(story.messages())
+    assert list(series(p, "rackplane_racks_degraded", cluster=c).values()) == [2]
+    healthy = {
+        dict(k)["rack"]: v for k, v in series(p, "rackplane_rack_healthy", cluster=c).items()
+    }
+    assert healthy == {"r0": 1.0, "r1": 0.0, "r2": 0.0, "r3": 0.0}
 
 
 async def test_events_rejections_and_health_changes_are_counted_as_they_arrive() -> None:

@@ -57,3 +57,14 @@ def test_a_busy_rack_without_a_free_node_is_out_of_spares() -> None:
     )
     found = [a.subject for a in alerts(engine.state, events) if a.kind == "out of spares"]
     assert found == [engine.state.jobs["j"].slices[0].racks[0]]
+
+
+def test_a_degraded_rack_is_a_warning_and_a_failed_rack_critical() -> None:
+    from tests.builders import racks_healthy_degraded_failed
+
+    h = racks_healthy_degraded_failed(cause="tray 4 lost")
+    found = {a.subject: (a.kind, a.severity, a.message) for a in alerts(h.state, h.log)}
+    assert found["r02"][:2] == ("rack degraded", "warning")
+    assert found["r02"][2].startswith("tray 4 lost; its work stays")
+    assert found["r03"][:2] == ("rack failed", "critical")
+    assert "r01" not in found

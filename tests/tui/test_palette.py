@@ -15,6 +15,7 @@ from rich.color import Color, ColorSystem
 
 from rackplane.projections import NodeRole, node_roles
 from rackplane.tui._cells import (
+    DEGRADED_MARK,
     FAILED_MARK,
     HELD_MARK,
     JOB_PALETTE,
@@ -22,11 +23,13 @@ from rackplane.tui._cells import (
     RACK_LEGEND,
     RESERVED,
     STATE_COLOURS,
+    WARN,
     layout_of,
     render_rack,
 )
 from rackplane.tui._lines import legend
 from rackplane.tui._timeline import Timeline
+from tests.builders import racks_healthy_degraded_failed
 from tests.tui.conftest import story
 
 SYSTEMS = [
@@ -109,8 +112,28 @@ def test_a_held_rack_is_marked_and_the_legend_says_what_the_mark_means() -> None
         if rack in held:
             assert (mark.text, mark.style, label.style) == (HELD_MARK, RESERVED, RESERVED)
         else:
-            assert mark.text in (" ", FAILED_MARK)
+            assert mark.text in (" ", FAILED_MARK, DEGRADED_MARK)
     shown_legend = legend().plain
     for text, _, sample in RACK_LEGEND:
         assert f"{sample} {text}" in shown_legend
     assert f"r07{HELD_MARK} held for a job (defrag plan, reservation)" in shown_legend
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_the_rack_label_colours_stay_apart(system: ColorSystem) -> None:
+    colours = [style.color for _, style, _ in RACK_LEGEND]
+    assert all(c is not None for c in colours)
+    assert len({shown(c, system) for c in colours if c is not None}) == len(colours)
+
+
+def test_a_degraded_rack_is_marked_apart_from_a_failed_one_and_the_legend_says_both() -> None:
+    h = racks_healthy_degraded_failed()
+    layout = layout_of(h.state)
+    marks = {r: render_rack(h.state, r, layout).segments[1] for r in ("r01", "r02", "r03")}
+    assert [m.text for m in marks.values()] == [" ", DEGRADED_MARK, FAILED_MARK]
+    assert marks["r02"].style == WARN and marks["r03"].style != WARN
+    # the degraded rack's free nodes are still free (it takes work when no healthy rack fits)
+    assert set(node_roles(h.state, "r02").values()) <= {NodeRole.FREE, NodeRole.SPARE}
+    shown_legend = legend().plain
+    assert f"r07{DEGRADED_MARK} degraded (NVSwitch tray lost)" in shown_legend
+    assert f"r07{FAILED_MARK} failed (NVLink domain, power)" in shown_legend
