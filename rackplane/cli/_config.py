@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +29,7 @@ ConfigFile = Annotated[
 
 def load(config_file: Path | None, **flags: Any) -> Loaded:
     """The effective settings for a command; a bad layer exits with its reason (status 2)."""
+    quiet_library_logs()
     try:
         return load_settings(config_file, flags)
     except ConfigError as err:
@@ -35,6 +37,20 @@ def load(config_file: Path | None, **flags: Any) -> Loaded:
     except UnicodeDecodeError as err:  # the settings' reader lets this one through
         path = config_file or os.environ.get("RACKPLANE_CONFIG")
         fail(f"config file {path}: expected UTF-8 text (byte {err.start} cannot be decoded)")
+
+
+def quiet_library_logs() -> None:
+    """Keep aiokafka's and asyncio's records off stderr unless the command sets up logging.
+
+    Without a handler of their own they reach stderr through logging's last resort: aiokafka's
+    "Unable connect to ...", asyncio's "Unclosed AIOKafkaConsumer" and its repr, beside the
+    one line a command prints about the same broker. A command that logs (`log_to_stderr`)
+    still gets them through the root logger.
+    """
+    for library in ("aiokafka", "asyncio"):
+        logger = logging.getLogger(library)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
 
 
 def _one_line(err: ConfigError) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import tempfile
 from pathlib import Path
@@ -43,6 +44,7 @@ def up(
 ) -> None:
     """Start the embedded broker (unless --broker), a worker and the demo load; on a terminal,
     open the operator console on it (quitting the console stops everything)."""
+    from rackplane.cli._config import quiet_library_logs
     from rackplane.importers import TopologyFileError, load_cluster_file
     from rackplane.streams import EmbeddedBroker, EmbeddedBrokerError
     from rackplane.streams.config import StreamConfig, bootstrap_of
@@ -54,6 +56,10 @@ def up(
             bootstrap_of(broker)
         except ValueError as err:
             fail(f"--broker: {err}")
+    quiet_library_logs()
+    for flag, value in (("--duration", duration), ("--jobs-per-minute", jobs_per_minute)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{flag}: expected a positive number, got {value}")
     try:
         cf = load_cluster_file(cluster)
     except (TopologyFileError, OSError) as err:
@@ -81,9 +87,17 @@ def up(
         )
         say = errors.print
         say(f"[green]broker[/] {broker}")
-        from rackplane.streams.client import ensure_topics
+        from aiokafka.errors import KafkaError
 
-        asyncio.run(ensure_topics(config))
+        from rackplane.streams.client import ensure_topics
+        from rackplane.streams.topics import TopicsError
+
+        try:
+            asyncio.run(ensure_topics(config))
+        except KafkaError as err:  # nothing listens at --broker: said plainly
+            fail(f"cannot reach {broker}: {err}")
+        except TopicsError as err:
+            fail(str(err))
         worker = WorkerProcess(config, data_dir=workdir)
         try:
             worker.start()

@@ -7,6 +7,8 @@ broker below is a port nothing listens on).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -405,3 +407,49 @@ def test_a_scenario_that_cannot_be_simulated_is_refused_in_one_line(
     line = one_error_line(runner.invoke(app, ["simulate", str(path)]))
     assert line.startswith(f"error: {path}: ")
     assert want in line
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        pytest.param(["--duration", "nan"], "--duration: expected a positive number, got nan",
+                     id="a NaN duration"),
+        pytest.param(["--duration", "-1"], "--duration: expected a positive number, got -1.0",
+                     id="a negative duration"),
+        pytest.param(["--jobs-per-minute", "0"], "--jobs-per-minute: expected a positive",
+                     id="no load (was ZeroDivisionError in the load generator)"),
+        pytest.param(["--jobs-per-minute", "inf"], "got inf", id="an infinite load"),
+    ],
+)  # fmt: skip
+def test_up_refuses_a_duration_or_load_that_is_no_positive_number(
+    args: list[str], want: str
+) -> None:
+    result = runner.invoke(app, ["up", "--headless", *args, *NOWHERE[:2]])
+    assert want in one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["status"], id="a read command"),
+        pytest.param(["cordon", "--node", "n1", "--cluster", "c1", "--actor", "operator:a"],
+                     id="a client command"),
+        pytest.param(["up", "--headless"], id="up (was a KafkaConnectionError traceback)"),
+    ],
+)  # fmt: skip
+def test_a_broker_nothing_listens_on_is_one_line_without_library_noise(
+    command: list[str],
+) -> None:
+    """aiokafka's "Unable connect to ..." and asyncio's "Unclosed AIOKafkaConsumer" reached
+    stderr through logging's last resort beside the command's own line (in a fresh process:
+    under pytest the root logger has handlers, and the last resort never speaks)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rackplane", *command, *NOWHERE[:2]],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if command[0] == "up":
+        assert lines.pop(0) == "broker kafka://127.0.0.1:9"  # its progress, then the error
+    assert len(lines) == 1, done.stderr
+    assert done.returncode == 2
+    assert lines[0].startswith("error: cannot reach kafka://127.0.0.1:9")
