@@ -1,4 +1,4 @@
-"""The exporters' loop: read a source every interval and publish its samples, keyed by node."""
+"""The exporters' loop: read a source every interval and publish its samples, keyed by cluster."""
 
 from __future__ import annotations
 

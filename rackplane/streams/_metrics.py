@@ -317,6 +317,9 @@ def _rack_gauges(shown: list[tuple[str, Figures]]) -> Iterator[Metric]:
     healthy = _family(
         "rackplane_rack_healthy", "1 while the rack has no rack-level fault (degraded: 0)", where
     )
+    degraded = _family(
+        "rackplane_rack_degraded", "1 while the rack is degraded (an NVSwitch tray lost)", where
+    )
     pod_frag = _family(
         "rackplane_pod_fragmentation_ratio",
         "Share of the pod's free nodes that cannot serve a full default-size slice",
@@ -332,10 +335,11 @@ def _rack_gauges(shown: list[tuple[str, Figures]]) -> Iterator[Metric]:
             for role in ROLES:
                 nodes.add_metric([c, r.pod, r.rack, role], getattr(r, role))
             healthy.add_metric([c, r.pod, r.rack], 1.0 if r.healthy else 0.0)
+            degraded.add_metric([c, r.pod, r.rack], 1.0 if r.health is RackHealth.DEGRADED else 0.0)
         for pod, (index, n) in sorted(f.pods.items()):
             pod_frag.add_metric([c, pod], index)
             slices.add_metric([c, pod], n)
-    yield from (nodes, healthy, pod_frag, slices)
+    yield from (nodes, healthy, degraded, pod_frag, slices)
 
 
 def _waiting_gauges(shown: list[tuple[str, Figures]]) -> Iterator[Metric]:

@@ -211,6 +211,13 @@ async def test_metrics_count_the_degraded_racks_and_show_them_not_healthy() -> N
         dict(k)["rack"]: v for k, v in series(p, "rackplane_rack_healthy", cluster=c).items()
     }
     assert healthy == {"r0": 1.0, "r1": 0.0, "r2": 0.0, "r3": 0.0}
+    degraded = series(p, "rackplane_rack_degraded", cluster=c)
+    assert {dict(k)["rack"]: v for k, v in degraded.items()} == {
+        "r0": 0.0,
+        "r1": 1.0,
+        "r2": 1.0,
+        "r3": 0.0,
+    }
 
 
 async def test_events_rejections_and_health_changes_are_counted_as_they_arrive() -> None:
