@@ -17,7 +17,6 @@ anything is sent.
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import uuid
 from datetime import timedelta
@@ -31,6 +30,7 @@ from rich.table import Table
 
 from rackplane.cli._config import ConfigFile, settings
 from rackplane.cli._render import checked, console, errors, fail, message_of, print_json
+from rackplane.cli._run import run
 from rackplane.config import RackplaneSettings
 from rackplane.keyfiles import KeyFile, KeyFileError, load_key
 from rackplane.models import (
@@ -180,7 +180,7 @@ def _send_all(
             return [await client.outcome(c, timeout=timeout, follow=wait) for c in commands]
 
     try:
-        return asyncio.run(go())
+        return run(go())
     except TimeoutError as err:
         fail(f"{err}: is a worker running for {config.topic('commands')} on {broker}?")
     except BrokerUnreachable as err:
@@ -582,7 +582,7 @@ def _current_policy(s: RackplaneSettings, cluster: str, timeout: float) -> Polic
         return rebuilt.state.settings
 
     try:
-        return asyncio.run(read())
+        return run(read())
     except TimeoutError:
         fail(f"reading {config.topic('events')} on {s.broker} timed out")
     except Exception as err:  # a broker that cannot be reached, said plainly

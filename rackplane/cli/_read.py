@@ -30,6 +30,7 @@ from rackplane.cli._render import (
     print_json,
     summary_table,
 )
+from rackplane.cli._run import run
 from rackplane.config import RackplaneSettings
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def _read(s: RackplaneSettings, timeout: float, work: Callable[[LiveLog], Awaita
             await live.__aexit__(None, None, None)
 
     try:
-        return asyncio.run(go())
+        return run(go())
     except NoSuchTopic as err:
         fail(str(err))
     except TimeoutError as err:

@@ -71,3 +71,9 @@ def test_the_defaults_the_help_names_are_the_cores() -> None:
     assert _defaults.DEFAULT_SLICE_SIZES == DEFAULT_SLICE_SIZES
     assert _defaults.PRESETS == PRESETS
     assert (_defaults.POD_LABEL, _defaults.SUPERPOD_LABEL) == (POD_LABEL, SUPERPOD_LABEL)
+
+
+def test_the_cyclic_collector_runs_again_once_the_cli_is_imported() -> None:
+    code = "import gc, rackplane.cli; print(gc.isenabled())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
