@@ -96,6 +96,11 @@ class LogReads:
         self._kept: dict[int, PartitionRead] = {}
         self._reading: dict[int, asyncio.Future[PartitionRead]] = {}
 
+    @property
+    def kept(self) -> set[int]:
+        """The partitions whose last read is still kept."""
+        return set(self._kept)
+
     async def partition(self, partition: int) -> PartitionRead:
         """The partition's clusters, read now unless a read younger than `ttl` is kept.
 

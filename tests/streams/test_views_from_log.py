@@ -189,3 +189,15 @@ async def test_metrics_say_which_partitions_a_worker_holds_and_shows() -> None:
     await r.projections.show({1})
     assert holding() == (1.0, 2.0, {"1"})
     assert series(r.projections, "rackplane_nodes", cluster=r.there)  # idle, yet shown
+
+
+async def test_a_read_is_let_go_once_it_is_too_old_to_answer() -> None:
+    r = await rig()
+    reads = LogReads(lambda: r.log, ttl=0.05)
+    await reads.partition(1)
+    assert reads.kept == {1}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5.0
+    while reads.kept:  # a large cluster's state is not held for a dashboard that went away
+        assert loop.time() < deadline, "the read was kept past its ttl"
+        await asyncio.sleep(0.01)
