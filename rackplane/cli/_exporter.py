@@ -157,7 +157,12 @@ def dcgm(
     def read(at: datetime) -> list[NodeTelemetry]:
         try:
             text = _fetch(scrape) if scrape else Path(str(file)).read_text("utf-8")
-        except (OSError, urllib.error.URLError, ValueError) as err:
+        except UnicodeDecodeError as err:
+            why = f"expected UTF-8 text (byte {err.start} cannot be decoded)"
+            raise _ReadError(f"cannot read {where}: {why}") from err
+        except OSError as err:
+            raise _ReadError(f"cannot read {where}: {err.strerror or err}") from err
+        except (urllib.error.URLError, ValueError) as err:
             raise _ReadError(f"cannot read {where}: {err}") from err
         try:
             out = convert(text, cluster=cluster, at=at, node=node)

@@ -11,6 +11,9 @@ import typer
 from rackplane.cli._config import ConfigFile, settings
 from rackplane.cli._render import errors, fail
 
+MAX_DEMO_RACKS = 1_024
+"""The largest `--demo`: its story grows with the racks (1,024 take minutes here)."""
+
 
 def register(app: typer.Typer) -> None:
     """Add `tui` to the CLI."""
@@ -60,6 +63,8 @@ def tui(
         elif demo is not None:
             if demo < 8:
                 fail("--demo needs at least 8 racks")
+            if demo > MAX_DEMO_RACKS:  # the story on 1,024 racks takes minutes to tell already
+                fail(f"--demo tells its story on at most {MAX_DEMO_RACKS:,} racks, not {demo:,}")
             from rackplane.tui.sample import demo_source
 
             with errors.status(f"running the demo story on {demo} racks ..."):

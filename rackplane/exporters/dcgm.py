@@ -84,7 +84,8 @@ def convert(text: str, *, cluster: str, at: datetime, node: str | None = None) -
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as err:  # the parser raises ValueError/TypeError/IndexError on bad text
-        raise ValueError(f"not a Prometheus text exposition: {err}") from err
+        why = str(err) or 'expected lines such as DCGM_FI_DEV_GPU_TEMP{gpu="0"} 45'
+        raise ValueError(f"not a Prometheus text exposition: {why}") from err
     for family in families:
         for s in family.samples:
             name = s.name.removesuffix("_total") if s.name not in FIELDS else s.name

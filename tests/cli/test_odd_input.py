@@ -179,11 +179,13 @@ def test_a_slurm_block_larger_than_an_nvlink_domain_is_refused_in_one_line(
 
 @pytest.fixture
 def odd(tmp_path: Path) -> Path:
-    """A directory, a binary file, a YAML syntax error, a file where a directory belongs."""
+    """A directory, a binary file, a YAML syntax error, a file where a directory belongs, a JSON
+    document."""
     (tmp_path / "adir").mkdir()
     (tmp_path / "binary.bin").write_bytes(b"\xec\x5e\xa3\x9d" * 8)
     (tmp_path / "bad.yaml").write_text("broker: [\n  x: 1\n")
     (tmp_path / "afile").write_text("")
+    (tmp_path / "doc.json").write_text('{\n  "kind": "x"\n}\n')
     (tmp_path / "topology.conf").write_text("BlockName=b1 Nodes=n[01-18]\n")
     return tmp_path
 
@@ -210,6 +212,26 @@ def odd(tmp_path: Path) -> Path:
             ["keys", "show", "{d}/binary.bin"],
             "{d}/binary.bin: not a rackplane key file (expected UTF-8 text; byte 0 cannot",
             id="a binary key file (was UnicodeDecodeError)",
+        ),
+        pytest.param(
+            ["exporter", "dcgm", "--file", "{d}/binary.bin", "--cluster", "c1", "--once"],
+            "cannot read {d}/binary.bin: expected UTF-8 text (byte 0 cannot be decoded)",
+            id="a binary DCGM scrape file (was the codec's message)",
+        ),
+        pytest.param(
+            ["exporter", "dcgm", "--file", "{d}/adir", "--cluster", "c1", "--once"],
+            "cannot read {d}/adir: Is a directory",
+            id="a DCGM scrape file that is a directory (was [Errno 21] ...)",
+        ),
+        pytest.param(
+            ["exporter", "dcgm", "--file", "{d}/doc.json", "--cluster", "c1", "--once"],
+            "{d}/doc.json: not a Prometheus text exposition: expected lines such as",
+            id="a DCGM scrape file that is no exposition (the parser said nothing)",
+        ),
+        pytest.param(
+            ["tui", "--demo", "99999999"],
+            "--demo tells its story on at most 1,024 racks, not 99,999,999",
+            id="a demo on a hundred million racks (ran for ever)",
         ),
         pytest.param(
             ["config", "show", "--config", "{d}/bad.yaml"],
