@@ -5,8 +5,10 @@ Theory of operation:
    the `TopologyRegistered`; every submitted job as a simulator `Arrival` (its work is its
    `expected_duration`, else the time it ran from its first start to its completion, else
    until the record ends); every node and rack failure with its repair time as a `Failure`;
-   operator actions (cordon, uncordon, cancel, operator preemptions, job failures) as
-   commands at their recorded times. Degradations and policy decisions are not inputs: the
+   operator actions (cordon, uncordon, cancel, operator preemptions, job failures) and a
+   rack's degraded spells (`RackDegraded` to its `RackRecovered`) as commands at their
+   recorded times (a failed rack brought back degraded ends its failure there; the degraded
+   spell that follows is not replayed). Degradations and policy decisions are not inputs: the
    policies under test make their own.
 2. Run the simulator (`rackplane.sim.Simulation`, the in-process engine with the preset's
    policies and a simulated job runtime) on those inputs, once with the recorded policy and
@@ -46,8 +48,11 @@ from rackplane.models import (
     NodeUncordoned,
     PolicySettings,
     PreemptJobs,
+    RackDegraded,
     RackFailed,
+    RackHealth,
     RackRecovered,
+    ReportRackHealth,
     Topology,
     TopologyRegistered,
     UncordonNode,
@@ -144,6 +149,11 @@ class RecordedInputs:
     actions: tuple[tuple[datetime, Command], ...]
 
 
+def _down_key(e: NodeFailed | NodeRepaired | RackFailed | RackRecovered | RackDegraded) -> str:
+    """What a failure is kept under while it lasts: its node, or `rack:<rack>`."""
+    return e.node if isinstance(e, NodeFailed | NodeRepaired) else f"rack:{e.rack}"
+
+
 def recorded_inputs(events: Sequence[Event]) -> RecordedInputs:
     """Read the external inputs back from one cluster's events (see the module docstring).
 
@@ -158,6 +168,7 @@ def recorded_inputs(events: Sequence[Event]) -> RecordedInputs:
     started: dict[str, datetime] = {}
     finished: dict[str, datetime] = {}
     down: dict[str, tuple[datetime, Any, str]] = {}
+    degraded: set[str] = set()
     failures: list[Failure] = []
     actions: list[tuple[datetime, Command]] = []
 
@@ -175,13 +186,18 @@ def recorded_inputs(events: Sequence[Event]) -> RecordedInputs:
             case JobCompleted():
                 finished[e.job] = e.at
             case NodeFailed() | RackFailed():
-                key = e.node if isinstance(e, NodeFailed) else f"rack:{e.rack}"
-                down.setdefault(key, (e.at, e.rack, e.cause))
-            case NodeRepaired() | RackRecovered():
-                key = e.node if isinstance(e, NodeRepaired) else f"rack:{e.rack}"
-                if key in down:
-                    at, rack, cause = down.pop(key)
-                    failures.append(_failure(key, at, e.at, rack, cause))
+                down.setdefault(_down_key(e), (e.at, e.rack, e.cause))
+            case NodeRepaired() | RackRecovered() | RackDegraded() if _down_key(e) in down:
+                # a repair ends a failure; so does a failed rack brought back degraded
+                at, rack, cause = down.pop(_down_key(e))
+                failures.append(_failure(_down_key(e), at, e.at, rack, cause))
+                degraded.discard(e.rack)
+            case RackDegraded():
+                degraded.add(e.rack)
+                act(e, ReportRackHealth, rack=e.rack, health=RackHealth.DEGRADED, cause=e.cause)
+            case RackRecovered() if e.rack in degraded:
+                degraded.discard(e.rack)
+                act(e, ReportRackHealth, rack=e.rack, health=RackHealth.HEALTHY, cause=e.cause)
             case NodeCordoned() if e.actor.startswith("operator"):
                 act(e, CordonNode, node=e.node, reason=e.reason)
             case NodeUncordoned() if e.actor.startswith("operator"):

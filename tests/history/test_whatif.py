@@ -84,3 +84,30 @@ def test_what_if_settings_apply_over_the_recorded_ones() -> None:
     assert change.policy == "tas+spares"
     merged = PolicySettings.model_validate(change.settings)
     assert (merged.slice_size, merged.spares_per_rack) == (18, 1)
+
+
+def test_a_degraded_spell_is_replayed_as_the_rack_reports_and_a_failure_still_as_a_failure() -> (
+    None
+):
+    from rackplane.models import Command, RackHealth, ReportRackHealth
+    from tests import builders as b
+
+    def health(rack: str, h: RackHealth) -> Command:
+        return b.cmd(ReportRackHealth, rack=rack, health=h)
+
+    harness = b.Harness().given(b.register(b.rack("r01", 4), b.rack("r02", 4)))
+    harness.given(
+        health("r01", RackHealth.DEGRADED),  # a tray lost ...
+        health("r01", RackHealth.HEALTHY),  # ... and replaced
+        health("r02", RackHealth.DEGRADED),
+        health("r02", RackHealth.FAILED),  # then the whole domain
+        health("r02", RackHealth.HEALTHY),
+    )
+    inputs = recorded_inputs(harness.log)
+    reports = [(c.rack, c.health) for _, c in inputs.actions if isinstance(c, ReportRackHealth)]
+    assert reports == [
+        ("r01", RackHealth.DEGRADED),
+        ("r01", RackHealth.HEALTHY),
+        ("r02", RackHealth.DEGRADED),
+    ]
+    assert [(f.node, f.rack) for f in inputs.failures] == [(None, "r02")]
