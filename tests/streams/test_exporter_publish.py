@@ -1,4 +1,5 @@
-"""The exporters publish telemetry keyed by node on the suite's broker."""
+"""The exporters publish telemetry keyed by cluster on the suite's broker (one partition holds a
+cluster's telemetry, so one worker sees every node of a rack: the GPU Manager's rack rule)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def published(c: StreamConfig, n: int) -> list[tuple[str, NodeTelemetry]]:
     return asyncio.run(read())
 
 
-def test_the_dcgm_exporter_publishes_each_node_keyed_by_node(broker: BrokerUnderTest) -> None:
+def test_the_dcgm_exporter_publishes_each_node_keyed_by_cluster(broker: BrokerUnderTest) -> None:
     c = config(broker)
     url = f"kafka://{broker.bootstrap}"
     args = ["exporter", "dcgm", "--file", str(SAMPLE), "--count", "2", "--interval", "100ms",
@@ -58,8 +59,8 @@ def test_the_dcgm_exporter_publishes_each_node_keyed_by_node(broker: BrokerUnder
     assert result.exit_code == 0, result.output
     assert "4 samples published" in " ".join(result.stderr.split())
     records = published(c, 4)
-    assert sorted(k for k, _ in records) == ["424773df46e0"] * 2 + ["551bdf382151"] * 2
-    assert all(s.node == k and s.cluster == "c1" for k, s in records)
+    assert sorted(s.node for _, s in records) == ["424773df46e0"] * 2 + ["551bdf382151"] * 2
+    assert all(k == s.cluster == "c1" for k, s in records)
 
 
 def test_the_nvml_exporter_publishes_one_sample_per_interval(
@@ -72,7 +73,8 @@ def test_the_nvml_exporter_publishes_one_sample_per_interval(
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     records = published(c, 3)
-    assert [k for k, _ in records] == ["h200"] * 3
+    assert [s.node for _, s in records] == ["h200"] * 3
+    assert all(k == s.cluster for k, s in records)
     assert records[0][1].gpus[0].model == "NVIDIA H200" and records[0][1].gpus[0].xids == ()
 
 
