@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from rackplane.cli._config import ConfigFile, settings
+from rackplane.cli._config import ConfigFile, positive_seconds, settings
 from rackplane.cli._render import checked, console, errors, fail, message_of, print_json
 from rackplane.cli._run import run
 from rackplane.config import RackplaneSettings
@@ -64,7 +64,9 @@ Actor = Annotated[
 ]
 Prefix = Annotated[str | None, typer.Option(help="Topic prefix.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-Timeout = Annotated[float, typer.Option(help="Seconds to wait for the outcome.")]
+Timeout = Annotated[
+    float, typer.Option(callback=positive_seconds, help="Seconds to wait for the outcome.")
+]
 NoWait = Annotated[
     bool,
     typer.Option(
@@ -231,7 +233,9 @@ def register_topology(
     try:
         cf = load_cluster_file(path)
         policy = s.policy_over(cf.policy)
-    except (TopologyFileError, OSError, ValueError) as err:
+    except OSError as err:  # its text would be "[Errno 21] Is a directory: 'x'"
+        fail(f"{path}: cannot read it ({err.strerror or err})")
+    except (TopologyFileError, ValueError) as err:
         fail(str(err))
     if policy.admins is None and policy.keys is None:
         errors.print(
@@ -311,14 +315,12 @@ def submit(
                     kind=kind,
                     priority=priority,
                     checkpoint_interval=(
-                        timedelta(minutes=checkpoint_minutes) if checkpoint_minutes else None
-                    ),
-                    min_nodes_per_slice=min_nodes_per_slice,
-                    expected_duration=(
-                        timedelta(minutes=expected_duration)
-                        if expected_duration is not None
+                        _minutes(checkpoint_minutes, "--checkpoint-minutes")
+                        if checkpoint_minutes
                         else None
                     ),
+                    min_nodes_per_slice=min_nodes_per_slice,
+                    expected_duration=_minutes(expected_duration, "--expected-duration"),
                 )
             ]
         except ValueError as err:
@@ -334,6 +336,17 @@ def submit(
     _show_many(commands, outcomes, json_out)
     if any(isinstance(e, CommandRejected) for events in outcomes for e in events):
         raise SystemExit(1)
+
+
+def _minutes(value: float | None, option: str) -> timedelta | None:
+    """`value` minutes, or one line naming `option` when no timedelta holds them (NaN said
+    "cannot convert float NaN to integer", infinity raised OverflowError)."""
+    if value is None:
+        return None
+    try:
+        return timedelta(minutes=value)
+    except (ValueError, OverflowError):
+        fail(f"{option}: expected a number of minutes, got {value}")
 
 
 def _jobs_of(path: Path, owner: str) -> list[JobSpec]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +38,14 @@ def load(config_file: Path | None, **flags: Any) -> Loaded:
     except UnicodeDecodeError as err:  # the settings' reader lets this one through
         path = config_file or os.environ.get("RACKPLANE_CONFIG")
         fail(f"config file {path}: expected UTF-8 text (byte {err.start} cannot be decoded)")
+
+
+def positive_seconds(value: float) -> float:
+    """A `--timeout` (a typer callback): a positive, finite number of seconds, or one line
+    naming the option (NaN waited not at all, a negative value neither)."""
+    if not (math.isfinite(value) and value > 0):
+        fail(f"--timeout: expected a positive number of seconds, got {value}")
+    return value
 
 
 def quiet_library_logs() -> None:

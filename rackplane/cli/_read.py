@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rackplane.cli._config import ConfigFile, settings
+from rackplane.cli._config import ConfigFile, positive_seconds, settings
 from rackplane.cli._render import (
     console,
     errors,
@@ -41,7 +41,9 @@ Broker = Annotated[str | None, typer.Option(help="kafka://host:port of the runni
 Prefix = Annotated[str | None, typer.Option(help="Topic prefix.")]
 Cluster = Annotated[str, typer.Option(help="Cluster id.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-Timeout = Annotated[float, typer.Option(help="Seconds a read may stand still.")]
+Timeout = Annotated[
+    float, typer.Option(callback=positive_seconds, help="Seconds a read may stand still.")
+]
 
 T = TypeVar("T")
 

@@ -62,7 +62,10 @@ def up(
             fail(f"{flag}: expected a positive number, got {value}")
     try:
         cf = load_cluster_file(cluster)
-    except (TopologyFileError, OSError) as err:
+    except OSError as err:
+        why = f"{cluster}: cannot read it ({err.strerror or err})"
+        fail(f"{why} (run from the repository root, or pass --cluster FILE)")
+    except TopologyFileError as err:
         fail(f"{err} (run from the repository root, or pass --cluster FILE)")
     if db is not None and broker is None and db.exists() and db.stat().st_size > 0:
         fail(

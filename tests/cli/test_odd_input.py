@@ -177,6 +177,9 @@ def test_a_slurm_block_larger_than_an_nvlink_domain_is_refused_in_one_line(
     assert "block 'b2' has 81" in line
 
 
+SUBMIT = ["submit", "--job", "j1", "--nodes", "2", "--cluster", "c1", "--actor", "alice"]
+
+
 @pytest.fixture
 def odd(tmp_path: Path) -> Path:
     """A directory, a binary file, a YAML syntax error, a file where a directory belongs, a JSON
@@ -232,6 +235,31 @@ def odd(tmp_path: Path) -> Path:
             ["tui", "--demo", "99999999"],
             "--demo tells its story on at most 1,024 racks, not 99,999,999",
             id="a demo on a hundred million racks (ran for ever)",
+        ),
+        pytest.param(
+            ["status", "--timeout", "nan", *NOWHERE[:2]],
+            "--timeout: expected a positive number of seconds, got nan",
+            id="a read that may stand still NaN seconds (did not wait at all)",
+        ),
+        pytest.param(
+            ["cordon", "--node", "n1", "--cluster", "c1", "--timeout", "-1", *NOWHERE[:2]],
+            "--timeout: expected a positive number of seconds, got -1.0",
+            id="a command that waits -1 s for its outcome",
+        ),
+        pytest.param(
+            [*SUBMIT, "--expected-duration", "inf", *NOWHERE],
+            "--expected-duration: expected a number of minutes, got inf",
+            id="a job expected to run for ever (was OverflowError)",
+        ),
+        pytest.param(
+            [*SUBMIT, "--checkpoint-minutes", "nan", *NOWHERE],
+            "--checkpoint-minutes: expected a number of minutes, got nan",
+            id="a NaN checkpoint interval (said 'cannot convert float NaN to integer')",
+        ),
+        pytest.param(
+            ["register", "{d}/adir", *NOWHERE],
+            "{d}/adir: cannot read it (Is a directory)",
+            id="register a directory (said [Errno 21] ...)",
         ),
         pytest.param(
             ["config", "show", "--config", "{d}/bad.yaml"],
