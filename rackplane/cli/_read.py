@@ -28,6 +28,7 @@ from rackplane.cli._render import (
     occupancy_table,
     pod_table,
     print_json,
+    print_list,
     summary_table,
 )
 from rackplane.cli._run import run
@@ -208,30 +209,31 @@ def jobs(
     if json_out:
         print_json([job_row(st, j.id) for j in chosen])
         return
-    t = Table(
-        title=f"Jobs of {cluster} ({len(chosen):,} of {len(st.jobs):,} unfinished)",
-        title_justify="left",
-        header_style="bold",
-    )
-    for name in ("job", "owner", "kind", "prio", "nodes", "status", "racks", "since", "why"):
-        t.add_column(name, justify="right" if name in ("prio", "nodes") else "left")
+    rows = []
     for j in chosen:
         racks_of = sorted({r for sl in j.slices for r in sl.racks})
         shown = ", ".join(racks_of[:4]) + (f" +{len(racks_of) - 4}" if len(racks_of) > 4 else "")
         why = f"{j.blocked.reason}: {j.blocked.explanation}" if j.blocked else ""
         since = j.started_at or j.placed_at or j.submitted_at
-        t.add_row(
-            escape(j.id),
-            escape(j.spec.owner),
-            j.spec.kind.value,
-            str(j.spec.priority),
-            f"{j.spec.nodes:,}",
-            j.status.value + (" (blocked)" if j.blocked else ""),
-            shown,
-            _when(since),
-            escape(why),
+        rows.append(
+            (
+                j.id,
+                j.spec.owner,
+                j.spec.kind.value,
+                str(j.spec.priority),
+                f"{j.spec.nodes:,}",
+                j.status.value + (" (blocked)" if j.blocked else ""),
+                shown,
+                _when(since),
+                why,
+            )
         )
-    console.print(t)
+    print_list(
+        f"Jobs of {cluster} ({len(chosen):,} of {len(st.jobs):,} unfinished)",
+        ("job", "owner", "kind", "prio", "nodes", "status", "racks", "since", "why"),
+        rows,
+        right=("prio", "nodes"),
+    )
 
 
 def job(
