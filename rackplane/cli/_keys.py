@@ -84,6 +84,8 @@ def _public(path: Path) -> PublicKey:
         return PublicKey.model_validate_json(path.read_text())
     except OSError as err:
         fail(f"{path}: cannot read: {err.strerror}")
+    except UnicodeDecodeError as err:
+        fail(f"{path}: not a public key: expected UTF-8 text (byte {err.start} cannot be decoded)")
     except ValidationError as err:
         fail(f"{path}: not a public key (`rackplane keys show --json`): {message_of(err)}")
 

@@ -154,7 +154,11 @@ def _public_key(text: str) -> str:
         return text
     try:
         return str(json.loads(path.read_text())["public_key"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except UnicodeDecodeError as err:
+        fail(f"{path}: not a public key: expected UTF-8 text (byte {err.start} cannot be decoded)")
+    except (KeyError, TypeError):  # JSON, but no {"public_key": ...} object
+        fail(f"{path}: not a public key (`rackplane keys show --json`): no public_key field")
+    except (OSError, ValueError) as err:
         fail(f"{path}: not a public key (`rackplane keys show --json`): {err}")
 
 

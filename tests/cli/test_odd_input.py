@@ -262,6 +262,21 @@ def odd(tmp_path: Path) -> Path:
             id="register a directory (said [Errno 21] ...)",
         ),
         pytest.param(
+            ["keys", "trust", "{d}/binary.bin", "--cluster", "c1", "--role", "admin", *NOWHERE],
+            "{d}/binary.bin: not a public key: expected UTF-8 text (byte 0 cannot be decoded)",
+            id="keys trust of a binary file (was UnicodeDecodeError)",
+        ),
+        pytest.param(
+            ["history", "verify", "--db", "{d}/h.duckdb", "--log-key", "{d}/binary.bin"],
+            "{d}/binary.bin: not a public key: expected UTF-8 text (byte 0 cannot be decoded)",
+            id="a binary --log-key file (was the codec's message)",
+        ),
+        pytest.param(
+            ["history", "verify", "--db", "{d}/h.duckdb", "--log-key", "{d}/doc.json"],
+            "{d}/doc.json: not a public key (`rackplane keys show --json`): no public_key field",
+            id="a --log-key file without a public key (said 'public_key')",
+        ),
+        pytest.param(
             ["config", "show", "--config", "{d}/bad.yaml"],
             "config file {d}/bad.yaml:3: not valid YAML: expected ',' or ']'",
             id="a config file with a YAML syntax error (was four lines)",
