@@ -12,7 +12,7 @@ How much of the rack it takes is read from NVIDIA's decode sheet of the NVLink5 
   (NETIR_LINK_DOWN, "investigate the peer device": the switch port at the other end). Links
   lost towards the switches on two nodes is what losing one NVSwitch tray looks like: each
   GPU keeps 16 of its 18 links, the rack runs at about 8/9 of its NVLink bandwidth, and
-  NVIDIA's fabric routes around the tray. Verdict: the rack is **degraded**.
+  the other 8 trays carry the traffic. Verdict: the rack is **degraded**.
 - 144 (SAW), 145 (RLW), 146 (TLW) are *domain* XIDs: fatal errors of the GPUs' NVLink units
   ("Local: Xid 48, AppCrash; Remote: PacketLoss"): traffic across the fabric is lost, not
   routed around, and every GPU of the incident needs a reset. The same on two nodes, or links
