@@ -3,15 +3,16 @@
 Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's cluster view
 (`tui`), the history (DuckDB ingest and replay of 1M events), snapshots (encode, decode,
 save and load of a cluster's state) and the rebuild of a partition after a restart (1M and
-10M events, with a checkpoint and from offset 0) and signed commands (the controller's
-Ed25519 check per command) by default; the Kubernetes adapter on a real kube-apiserver
-(`--only kube`, under `make bench-k8s`, which starts the test control plane); Slurm alone
-against `rackplane slurm` on one job trace (`--only slurm`, under `make bench-slurm`, which
-starts the Slurm test cluster); the simulator
-(`--only sim`, a simulated year per row: minutes) runs on its own. Options: `--quick` (small
-sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
-streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming one
-on an Apache Kafka 4.x started for it, as `make test-kafka` does).
+10M events, with a checkpoint and from offset 0), signed commands (the controller's
+Ed25519 check per command) and whole CLI commands on a live `rackplane up` (`cli`: the read
+commands and `submit`, each a process of its own) by default; the Kubernetes adapter on a
+real kube-apiserver (`--only kube`, under `make bench-k8s`, which starts the test control
+plane); Slurm alone against `rackplane slurm` on one job trace (`--only slurm`, under `make
+bench-slurm`, which starts the Slurm test cluster); the simulator (`--only sim`, a simulated
+year per row: minutes) runs on its own. Options: `--quick` (small sizes, for a smoke run),
+`--json FILE` (raw rows), `--only NAME`, `--broker URL` (the streaming and GPU Manager
+benchmarks on that broker; `make bench-kafka` runs the streaming one on an Apache Kafka 4.x
+started for it, as `make test-kafka` does).
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             "signatures",
             "kube",
             "slurm",
+            "cli",
         ],
         help="one benchmark (kube, slurm: only this way, on the plane `make bench-k8s` or the "
         "cluster `make bench-slurm` starts)",
@@ -192,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
 
             results["signatures"] = signatures.run(2_000 if args.quick else 20_000, say)
             results["signed_log"] = signatures.log_run(2_000 if args.quick else 20_000, say)
+        if args.only in (None, "cli"):  # starts its own `rackplane up` (embedded Tansu)
+            from bench import cli
+
+            results["cli"] = cli.run_all(say, runs=2 if args.quick else 5)
         if args.only == "kube":  # needs the test control plane: `make bench-k8s`
             import asyncio
 
@@ -225,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         ("rebuild", f"Rebuild of a partition after a restart ({broker_name})"),
         ("signatures", "Signed commands: the controller's check, a sender's signing"),
         ("signed_log", "Signed log: signing each event, checking it, a rebuild's fold"),
+        ("cli", "CLI commands, whole processes, on a live 128-rack rackplane up (s)"),
         ("kube", "rackplane kube on a real kube-apiserver (kwok nodes)"),
         ("kube_plan", "rackplane kube: one plan of the pure cycle (no server)"),
         ("slurm", "Slurm 22.05 alone (--switches) and rackplane slurm: one job trace each"),
