@@ -19,6 +19,7 @@ from rackplane.models import (
     CompleteJob,
     Health,
     JobKind,
+    JobPlaced,
     PolicySettings,
     RackHealth,
     RegisterTopology,
@@ -81,6 +82,14 @@ def test_invariants_hold_under_the_full_policy_stack(steps, name, borrow) -> Non
     def check_each(event):  # type: ignore[no-untyped-def]
         # Sinks run right after each event is folded: check the state event by event.
         check_invariants(engine.state, [event])
+        if isinstance(event, JobPlaced):
+            on_degraded = {r for sl in event.slices for r in sl.racks} & {
+                r for r, rs in engine.state.racks.items() if rs.degraded
+            }
+            # the scheduler says why it used a degraded rack; defrag never moves work there
+            if on_degraded and event.actor == "policy:tas":
+                assert "degraded rack" in event.explanation, event.explanation
+            assert not (on_degraded and "re-placed after defrag" in event.explanation)
 
     engine.sinks.append(check_each)
     engine.handle(cmd(RegisterTopology, topology=topology(*RACKS), settings=chosen))
