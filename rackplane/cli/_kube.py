@@ -65,14 +65,15 @@ def kube(
     from rackplane.kube.adapter import KubeAdapter
 
     checked(ClusterId, cluster, "--cluster")
-    log_to_stderr(log_level)
-    if kubeconfig is not None and not kubeconfig.is_file():
-        fail(f"--kubeconfig: no file {kubeconfig}")
+    if kubeconfig is not None:
+        _check_kubeconfig(kubeconfig)
     s = _settings(config_file, broker, prefix, actor)
     key = _key(s)
     who = key.actor if key is not None else (s.actor or DEFAULT_ACTOR)
     checked(ActorId, who, "--actor")
     config = s.stream_config()
+    # Only now: a refusal above leaves no handler behind on a stream its caller may close.
+    log_to_stderr(log_level)
 
     async def go() -> None:
         try:
@@ -105,3 +106,27 @@ def kube(
         fail(str(err))
     except Exception as err:  # the broker gone for good, a gap in the log: one line, exit 2
         fail(f"kube: {type(err).__name__}: {' '.join(str(err).split())}")
+
+
+def _check_kubeconfig(path: Path) -> None:
+    """Refuse in one line a `--kubeconfig` the loader would choke on with a message of its own
+    ("'utf-8' codec can't decode ...", "'NoneType' object does not support item assignment")."""
+    import yaml
+
+    if not path.is_file():
+        fail(f"--kubeconfig: no file {path}")
+    try:
+        doc = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        fail(f"--kubeconfig: {path}: expected UTF-8 text (byte {err.start} cannot be decoded)")
+    except OSError as err:
+        fail(f"--kubeconfig: cannot read {path}: {err.strerror or err}")
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or "cannot be parsed"
+        fail(f"--kubeconfig: {where}: not valid YAML: {problem}")
+    if not isinstance(doc, dict):
+        fail(
+            f"--kubeconfig: {path}: expected a kubeconfig (a mapping of clusters, contexts, users)"
+        )

@@ -277,6 +277,21 @@ def odd(tmp_path: Path) -> Path:
             id="a --log-key file without a public key (said 'public_key')",
         ),
         pytest.param(
+            ["kube", "--cluster", "c1", "--kubeconfig", "{d}/binary.bin", *NOWHERE[:2]],
+            "--kubeconfig: {d}/binary.bin: expected UTF-8 text (byte 0 cannot be decoded)",
+            id="a binary kubeconfig (said the codec's message)",
+        ),
+        pytest.param(
+            ["kube", "--cluster", "c1", "--kubeconfig", "{d}/afile", *NOWHERE[:2]],
+            "--kubeconfig: {d}/afile: expected a kubeconfig (a mapping of clusters, contexts,",
+            id="an empty kubeconfig (said 'NoneType' object does not support item assignment)",
+        ),
+        pytest.param(
+            ["kube", "--cluster", "c1", "--kubeconfig", "{d}/bad.yaml", *NOWHERE[:2]],
+            "--kubeconfig: {d}/bad.yaml:3: not valid YAML: expected ',' or ']'",
+            id="a kubeconfig with a YAML syntax error (was PyYAML's four lines, joined)",
+        ),
+        pytest.param(
             ["config", "show", "--config", "{d}/bad.yaml"],
             "config file {d}/bad.yaml:3: not valid YAML: expected ',' or ']'",
             id="a config file with a YAML syntax error (was four lines)",
