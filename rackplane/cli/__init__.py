@@ -9,7 +9,7 @@ from rackplane._gc import cycle_collection_paused
 
 # Importing the commands builds ~80 pydantic models and their schemas: objects that live as
 # long as the process, so the cyclic collector's walks over them free nothing and cost every
-# command ~13% of its start (tests/cli/test_cli_imports.py: the collector runs again after).
+# command 3-7% of its start (tests/cli/test_cli_imports.py: the collector runs again after).
 with cycle_collection_paused():
     from rackplane.cli import (
         _client,
