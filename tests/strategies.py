@@ -19,7 +19,18 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from rackplane.keyfiles import KeyFile
-from rackplane.models import Command, Event, JobSpec, Rack, Role, Signature, Topology, TrustedKey
+from rackplane.models import (
+    Command,
+    Event,
+    JobSpec,
+    PolicySettings,
+    QueueSpec,
+    Rack,
+    Role,
+    Signature,
+    Topology,
+    TrustedKey,
+)
 from rackplane.models._ids import POD_REF_PATTERN
 from rackplane.models._text import FreeText, NameRule, refused
 
@@ -96,7 +107,43 @@ SIGNATURES = st.builds(
 KEY_IDS = st.from_regex(r"\A[0-9a-f]{16}\Z").filter(lambda k: k not in {p.id for p in _POOL})
 """Key ids of no pool key (revoked ones: never one a cluster trusts)."""
 
+
+@st.composite
+def queue_trees(draw: st.DrawFn) -> tuple[tuple[QueueSpec, ...], str | None]:
+    """A valid queue tree (orgs with teams, or none) and a default leaf (or None)."""
+    orgs = draw(st.integers(0, 2))
+    queues: list[QueueSpec] = []
+    leaves: list[str] = []
+    for o in range(orgs):
+        queues.append(QueueSpec(name=f"org{o}", weight=draw(st.sampled_from([0.5, 1.0, 2.0]))))
+        for t in range(draw(st.integers(1, 2))):
+            name = f"org{o}-t{t}"
+            nominal = draw(st.integers(0, 64))
+            limit = draw(st.one_of(st.none(), st.integers(0, 64)))
+            spec = QueueSpec(
+                name=name, parent=f"org{o}", nominal_nodes=nominal, borrowing_limit=limit
+            )
+            queues.append(spec)
+            leaves.append(name)
+    default = draw(st.one_of(st.none(), st.sampled_from(leaves))) if leaves else None
+    return tuple(queues), default
+
+
+@st.composite
+def policy_settings(draw: st.DrawFn) -> PolicySettings:
+    """Settings with every field drawn, the queue tree valid."""
+    fields = {
+        name: _for(info.annotation, list(info.metadata))
+        for name, info in PolicySettings.model_fields.items()
+        if name not in ("queues", "default_queue")
+    }
+    queues, default = draw(queue_trees())
+    return draw(st.builds(PolicySettings, queues=st.just(queues),
+                          default_queue=st.just(default), **fields))  # fmt: skip
+
+
 _SPECIAL: dict[Any, st.SearchStrategy[Any]] = {
+    PolicySettings: policy_settings(),
     Topology: topologies(),
     JobSpec: job_specs(),
     TrustedKey: trusted_keys(),
@@ -153,7 +200,8 @@ def _for(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
         hi = b.get("le", b["lt"] - 1 if "lt" in b else 10**6)
         return st.integers(lo, hi)
     if annotation is float:
-        return st.floats(min_value=b.get("ge", -1e9), max_value=1e9, allow_nan=False)
+        low, high = b.get("ge", b.get("gt", -1e9)), b.get("le", 1e9)
+        return st.floats(low, high, allow_nan=False, exclude_min="gt" in b and "ge" not in b)
     if annotation is str:
         rule = next((m for m in metadata if isinstance(m, NameRule)), None)
         if rule is not None and rule.first != "A-Za-z0-9":

@@ -19,6 +19,7 @@ from rackplane.models._ids import (
     JobId,
     NodeId,
     PodId,
+    QueueName,
     RackId,
 )
 from rackplane.models._text import (
@@ -101,6 +102,7 @@ from rackplane.models.keys import (
     key_id_of,
     signing_payload,
 )
+from rackplane.models.queues import MAX_QUEUES, QueueSpec
 from rackplane.models.rejection import REJECTIONS, Rejection
 from rackplane.models.settings import PolicySettings
 from rackplane.models.telemetry import TELEMETRY, GpuSample, NodeTelemetry
@@ -111,7 +113,9 @@ from rackplane.models.values import (
     Health,
     JobStatus,
     PlacedSlice,
+    PlanCause,
     PreemptionCause,
+    QueueStanding,
     RackHealth,
     RejectionCode,
     RuntimeAction,
@@ -126,6 +130,7 @@ __all__ = [
     "EVENTS",
     "ID_RULE",
     "LABEL_MAX",
+    "MAX_QUEUES",
     "NOTE_MAX",
     "REASON_MAX",
     "REJECTIONS",
@@ -189,6 +194,7 @@ __all__ = [
     "Note",
     "PlaceJob",
     "PlacedSlice",
+    "PlanCause",
     "PlanDefrag",
     "Pod",
     "PodId",
@@ -196,6 +202,9 @@ __all__ = [
     "PolicySettings",
     "PreemptJobs",
     "PreemptionCause",
+    "QueueName",
+    "QueueSpec",
+    "QueueStanding",
     "Rack",
     "RackDegraded",
     "RackFailed",

@@ -15,6 +15,9 @@ from rackplane.models._text import NameRule
 ID_RULE = NameRule("an id", "id_invalid", 128)
 COMPOUND_ID_RULE = NameRule("a compound id", "compound_id_invalid", 256)
 ACTOR_RULE = NameRule("an actor", "actor_invalid", 128)
+QUEUE_RULE = NameRule(
+    "a queue name", "queue_invalid", 63, rest="A-Za-z0-9_.-", chars="letters, digits, _ . -"
+)
 COMMAND_TYPE_RULE = NameRule(
     "a command type",
     "command_type_invalid",
@@ -34,6 +37,10 @@ PodId = Id
 JobId = Id
 DeviceId = Id
 """A GPU's UUID (`GPU-8c4a...`) or PCI bus id (`00000000:19:00.0`), as the driver gives it."""
+
+QueueName = Annotated[str, QUEUE_RULE]
+"""A queue's name (`PolicySettings.queues`): `^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`, so a
+Kubernetes namespace or a Slurm account fits."""
 
 CompoundId = Annotated[str, COMPOUND_ID_RULE]
 """An id made of names (see the module docstring): at most 256 characters."""

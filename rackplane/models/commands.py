@@ -22,7 +22,9 @@ from rackplane.models.values import (
     BlockReason,
     DefragAlternative,
     Health,
+    PlanCause,
     PreemptionCause,
+    QueueStanding,
     RackHealth,
     RuntimeAction,
     SliceAssignment,
@@ -190,6 +192,8 @@ class BlockJob(CommandEnvelope):
     placeable_slices: int = Field(ge=0)
     """Slices of this job that would fit in racks now."""
     explanation: Reason = ""
+    standing: QueueStanding | None = None
+    """Where the job stands in its queue and its queue among the others (queues set)."""
 
 
 class SwapNode(CommandEnvelope):
@@ -248,6 +252,8 @@ class PlanDefrag(CommandEnvelope):
     explanation: Reason = ""
     score: float = Field(default=0.0, ge=0)
     """The plan's ranking score (`DefragPlanned.score`)."""
+    cause: PlanCause = "defrag"
+    """What the plan makes room for (`DefragPlanned.cause`)."""
 
 
 Command = Annotated[

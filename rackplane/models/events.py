@@ -20,7 +20,9 @@ from rackplane.models.values import (
     BlockReason,
     DefragAlternative,
     PlacedSlice,
+    PlanCause,
     PreemptionCause,
+    QueueStanding,
     RejectionCode,
     RuntimeAction,
 )
@@ -60,6 +62,8 @@ class JobBlocked(EventEnvelope):
     allocatable_nodes: int
     placeable_slices: int
     explanation: Note = ""
+    standing: QueueStanding | None = None
+    """Where the job stands in its queue, and its queue among the others (queues set)."""
 
 
 class JobPlaced(EventEnvelope):
@@ -289,6 +293,10 @@ class DefragPlanned(EventEnvelope):
     score: float = Field(default=0.0, ge=0)
     """What ranked the plan against its alternatives: each victim's GPU-hours weighted by
     2^(its priority - the job's) x (1 + its preemptions so far), summed (lower wins)."""
+    cause: PlanCause = "defrag"
+    """defrag: rack-shaped room for a job blocked by topology (victims re-placed elsewhere);
+    reclaim: a guaranteed job takes back quota other queues borrowed; priority: a guaranteed
+    job preempts lower-priority work of its own queue (victims queued again)."""
 
 
 class CommandRejected(EventEnvelope):

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rackplane.models._ids import Actor, JobId
+from rackplane.models._ids import Actor, JobId, QueueName
 from rackplane.models._text import Label
 
 DEFAULT_SLICE_SIZE = 16
@@ -49,6 +49,9 @@ class JobSpec(BaseModel):
     checkpoint_interval: timedelta | None = None
     min_nodes_per_slice: int | None = Field(default=None, ge=1)
     expected_duration: timedelta | None = None
+    queue: QueueName | None = None
+    """The leaf queue it runs under (`PolicySettings.queues`); None takes the cluster's
+    default queue. The spec in a `JobSubmitted` event has it resolved where queues are set."""
 
     @model_validator(mode="after")
     def _check_shape(self) -> JobSpec:

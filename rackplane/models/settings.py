@@ -7,9 +7,10 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rackplane.models._ids import Actor
+from rackplane.models._ids import Actor, QueueName
 from rackplane.models.jobs import DEFAULT_SLICE_SIZE, MAX_SLICE_NODES
 from rackplane.models.keys import KeyId, Role, TrustedKey
+from rackplane.models.queues import MAX_QUEUES, QueueSpec, check_tree
 from rackplane.models.values import XidAction
 
 
@@ -54,6 +55,30 @@ class PolicySettings(BaseModel):
     signatures, for a single operator's test setup."""
     revoked_keys: tuple[KeyId, ...] = Field(default=(), max_length=10_000)
     """Ids of keys revoked: never trusted again."""
+    queues: tuple[QueueSpec, ...] = Field(default=(), max_length=MAX_QUEUES)
+    """The queue tree (`rackplane/models/queues.py`): quotas, borrowing and lending limits,
+    fair-share weights. Empty (the default): no quotas; jobs are ordered by priority, then
+    FIFO, and may not name a queue."""
+    default_queue: QueueName | None = None
+    """The leaf queue of a job that names none. None: with queues set, every job must name
+    one."""
+    fair_share_half_life: timedelta = timedelta(days=7)
+    """Half-life of the usage history fair share weighs (Slurm's PriorityDecayHalfLife
+    default: 7 days). The history is the queue's node usage, averaged with weights that halve
+    every half-life back."""
+    fair_share_history: float = Field(default=0.5, ge=0, le=1, allow_inf_nan=False)
+    """How much of a queue's fair share is history: share = ((1 - h) x nodes held now + h x
+    decayed average) / (weight x nominal). 0: only what it holds now (Kueue's fair sharing);
+    1: only its history (Slurm's fairshare)."""
+
+    @model_validator(mode="after")
+    def _queues_hold(self) -> Self:
+        why = check_tree(self.queues, self.default_queue)
+        if why is not None:
+            raise ValueError(why)
+        if self.fair_share_half_life <= timedelta(0):
+            raise ValueError("fair_share_half_life must be positive")
+        return self
 
     @model_validator(mode="after")
     def _keys_hold(self) -> Self:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rackplane.models._ids import JobId, NodeId, RackId
+from rackplane.models._ids import JobId, NodeId, QueueName, RackId
 from rackplane.models._text import Reason
 from rackplane.models.jobs import MAX_SLICE_NODES
 
@@ -74,17 +74,43 @@ class JobStatus(StrEnum):
 
 _FINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 
-PreemptionCause = Literal["defrag", "failure", "eviction", "operator"]
+PreemptionCause = Literal["defrag", "failure", "eviction", "operator", "reclaim", "priority"]
 RuntimeAction = Literal["requeued", "restarted", "shrank"]
 """What a job's runtime did to its processes on its own terms (`ReportJobRuntime`): Slurm
 cannot add a node to a running job, so it requeues the job and starts it again on the nodes
 rackplane chose (a swap, a migration, a re-placement), or keeps it running on fewer (a
 degrade with `--no-kill`)."""
 """defrag: make rack-shaped room; failure: a slice lost a node and nothing could replace it;
-eviction: the job ran on borrowed spares that a swap needs; operator: an operator's decision."""
+eviction: the job ran on borrowed spares that a swap needs; operator: an operator's decision;
+reclaim: the job ran on quota its queue borrowed, which a guaranteed job of the lending queue
+needs back; priority: a higher-priority guaranteed job of its own queue needs its nodes."""
 
-BlockReason = Literal["capacity", "topology"]
-"""capacity: too few allocatable nodes in total; topology: enough in total, not rack-shaped."""
+BlockReason = Literal["capacity", "topology", "quota"]
+"""capacity: too few allocatable nodes in total; topology: enough in total, not rack-shaped;
+quota: its queue (or a queue above it) is at its nominal plus borrowing limit, or nothing is
+left to borrow."""
+
+PlanCause = Literal["defrag", "reclaim", "priority"]
+"""Why a plan preempts (`DefragPlanned.cause`): the `JobPreempted` causes of its victims."""
+
+
+class QueueStanding(BaseModel):
+    """Where a blocked job stands: its queue, its queue's fair share, its place in line."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    queue: QueueName
+    share: float = Field(ge=0, allow_inf_nan=False)
+    """Its queue's fair share: usage over weighted nominal (lowest goes first)."""
+    queue_rank: int = Field(ge=1)
+    """Its queue's place among the queues with work waiting, lowest share first."""
+    position: int = Field(ge=1)
+    """Its place in its queue's line (priority, then FIFO)."""
+    nodes_held: int = Field(ge=0)
+    """Nodes its queue holds now."""
+    nominal_nodes: int = Field(ge=0)
+    """Its queue's nominal quota."""
+
 
 RejectionCode = Literal[
     "no_topology",
@@ -108,6 +134,10 @@ RejectionCode = Literal[
     "not_authorized",
     "unauthenticated",
     "reason_required",
+    "unknown_queue",
+    "kind_not_allowed",
+    "over_quota",
+    "queue_in_use",
 ]
 
 

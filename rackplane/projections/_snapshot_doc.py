@@ -23,6 +23,8 @@ The document, one JSON object:
   `JobState` fields after the spec in order, the key first (null when it is the spec's id);
 - `finished`: [ids, one status letter per id]; `reservations`, `applied`: [key, value]s;
   `preemption`: [allowed_by, reason];
+- `queues` (only when a queue ever held nodes; older documents lack it): [queue, nodes,
+  average, since] per leaf queue (`ClusterState.queue_usage`);
 - `seen`: `window`, and `recent` and `older`, each [count, ids (one string, one id a line;
   a list when an id holds a line break), seq deltas].
 """
@@ -74,7 +76,9 @@ KEYS = frozenset(
         "applied",
     }
 )
-"""The top-level keys of a document, all required."""
+"""The top-level keys of a document, all required but `queues` (see `OPTIONAL_KEYS`)."""
+OPTIONAL_KEYS = frozenset({"queues"})
+"""Keys a document has only when there is something to say (older documents lack them)."""
 
 HEALTH = {h.value: h for h in Health}
 RACK_HEALTH = {h.value: h for h in RackHealth}
@@ -121,7 +125,14 @@ def to_document(state: ClusterState) -> dict[str, Any]:
             "older": _ids_out(state.seen.older),
         },
         "applied": [[p, o] for p, o in state.applied.items()],
-    }
+    } | _queues_out(state)
+
+
+def _queues_out(state: ClusterState) -> dict[str, Any]:
+    if not state.queue_usage:
+        return {}
+    rows = [[q, u.nodes, u.average, _time(u.since)] for q, u in state.queue_usage.items()]
+    return {"queues": rows}
 
 
 def holders(jobs: Iterable[JobState]) -> dict[NodeId, tuple[JobId, int]]:

@@ -6,6 +6,7 @@ snapshot.py turns into one `SnapshotError`.
 
 from __future__ import annotations
 
+import math
 from array import array
 from datetime import datetime
 from itertools import accumulate
@@ -27,6 +28,7 @@ from rackplane.projections._snapshot_doc import (
     HEALTHY,
     KEYS,
     NOBODY,
+    OPTIONAL_KEYS,
     RACK_HEALTH,
     RACK_HEALTHY,
     REASONS,
@@ -41,6 +43,7 @@ from rackplane.projections.state import (
     ClusterState,
     JobState,
     NodeState,
+    QueueUsage,
     RackState,
     SeenCommands,
     SliceState,
@@ -53,7 +56,7 @@ class Malformed(ValueError):
 
 def from_document(doc: Any, where: list[str]) -> ClusterState:
     """The state a document describes. `where` gets the section being read (for errors)."""
-    if type(doc) is not dict or doc.keys() != KEYS:
+    if type(doc) is not dict or not KEYS <= doc.keys() <= KEYS | OPTIONAL_KEYS:
         raise Malformed("not a snapshot document (wrong top-level keys)")
     where.append("topology")
     topology = None if doc["topology"] is None else Topology.model_validate(doc["topology"])
@@ -83,6 +86,8 @@ def from_document(doc: Any, where: list[str]) -> ClusterState:
     reservations = Map((_str(r), _str(j)) for r, j in map(_pair, _list(doc["reservations"])))
     where.append("settings")
     settings = PolicySettings.model_validate(doc["settings"])
+    where.append("queues")
+    queue_usage = Map(_usage_in(row) for row in _list(doc.get("queues", [])))
     where.append("header fields")
     allowed_by, reason = _pair(doc["preemption"])
     return ClusterState(
@@ -100,7 +105,18 @@ def from_document(doc: Any, where: list[str]) -> ClusterState:
         interactive_preemption_reason=_str(reason),
         seen=seen_commands,
         applied=applied,
+        queue_usage=queue_usage,
     )
+
+
+def _usage_in(row: Any) -> tuple[str, QueueUsage]:
+    row = _list(row)
+    if len(row) != 4:
+        raise Malformed("a queue usage row has 4 fields")
+    name, nodes, average, since = row
+    if type(average) not in (int, float) or not math.isfinite(average) or average < 0:
+        raise Malformed(f"queue usage average is {average!r}, not a finite number >= 0")
+    return _str(name), QueueUsage(_int(nodes), float(average), _time_req(since))
 
 
 def _nodes_in(

@@ -9,6 +9,7 @@ mis-routed: that raises (a programming or infrastructure error, not a domain out
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from immutables import Map
@@ -57,6 +58,7 @@ from rackplane.projections.state import (
     ClusterState,
     JobState,
     NodeState,
+    QueueUsage,
     RackState,
     SeenCommands,
     SliceState,
@@ -182,6 +184,21 @@ class _Builder:
         """Free index of racks whose index changed, not yet in `racks`."""
         self.down: dict[RackId, set[NodeId]] = {}
         """`down_in` of the racks it was asked for."""
+        self.usage: Map[str, QueueUsage] | dict[str, QueueUsage] = state.queue_usage
+        """`ClusterState.queue_usage`, a dict once the run changed it."""
+
+    def holds(self, job: JobState, delta: int, at: datetime) -> None:
+        """The job's queue holds `delta` more nodes (fewer when negative) from `at` on."""
+        queue = job.spec.queue
+        if queue is None or not delta:
+            return
+        usage = self.usage
+        if isinstance(usage, Map):
+            usage = self.usage = dict(usage.items())
+        old = usage.get(queue)
+        if old is None:
+            old = QueueUsage(0, 0.0, at)
+        usage[queue] = old.changed(delta, at, self.settings.fair_share_half_life)
 
     def remember(self, command: str, seq: int) -> None:
         """`SeenCommands.add`, on the builder's own copy."""
@@ -314,9 +331,10 @@ class _Builder:
     def put_job(self, new: JobState) -> None:
         self.jobs[new.id] = new
 
-    def finish_job(self, job: JobId, status: JobStatus) -> None:
+    def finish_job(self, job: JobId, status: JobStatus, at: datetime) -> None:
         jobs = self.jobs
         state = self.job(job)
+        self.holds(state, -len(state.nodes), at)
         for s in state.slices:
             self.release(s.nodes, s.racks)
         if job in jobs.base:
@@ -385,6 +403,7 @@ class _Builder:
             self.allowed_why,
             SeenCommands(recent, older, self.seen_window),
             self.applied if isinstance(self.applied, Map) else Map(self.applied),
+            self.usage if isinstance(self.usage, Map) else Map(self.usage),
         )
 
 
@@ -522,6 +541,7 @@ def _job_placed(b: _Builder, e: JobPlaced) -> None:
         ),
     )
     b.release_reservations(spec.id)
+    b.holds(job, sum(len(s.nodes) for s in e.slices), e.at)
 
 
 def _job_started(b: _Builder, e: JobStarted) -> None:
@@ -550,20 +570,21 @@ def _job_started(b: _Builder, e: JobStarted) -> None:
 
 
 def _job_completed(b: _Builder, e: JobCompleted) -> None:
-    b.finish_job(e.job, JobStatus.COMPLETED)
+    b.finish_job(e.job, JobStatus.COMPLETED, e.at)
 
 
 def _job_failed(b: _Builder, e: JobFailed) -> None:
-    b.finish_job(e.job, JobStatus.FAILED)
+    b.finish_job(e.job, JobStatus.FAILED, e.at)
 
 
 def _job_cancelled(b: _Builder, e: JobCancelled) -> None:
-    b.finish_job(e.job, JobStatus.CANCELLED)
+    b.finish_job(e.job, JobStatus.CANCELLED, e.at)
 
 
 def _job_preempted(b: _Builder, e: JobPreempted) -> None:
     job = b.job(e.job)
     b.release(job.nodes)
+    b.holds(job, -len(job.nodes), e.at)
     b.put_job(
         _job_with(
             job,
@@ -633,6 +654,7 @@ def _slice_migrated(b: _Builder, e: SliceMigrated) -> None:
     new = old._replace(nodes=e.new_nodes, racks=_racks_of(b, e.new_nodes))
     job = b.replace_slice(job, new)
     restarted = e.at if job.run_since is not None else None
+    b.holds(job, len(e.new_nodes) - len(old.nodes), e.at)
     b.put_job(_job_with(job, migrations=job.migrations + 1, run_since=restarted))
     b.release_reservations(job.id)
 
@@ -643,6 +665,7 @@ def _slice_degraded(b: _Builder, e: SliceDegraded) -> None:
     removed = set(e.removed)
     nodes = tuple(n for n in old.nodes if n not in removed)
     b.release(e.removed)
+    b.holds(job, len(nodes) - len(old.nodes), e.at)
     b.put_job(b.replace_slice(job, old._replace(nodes=nodes, racks=_racks_of(b, nodes))))
 
 

@@ -172,6 +172,8 @@ def state_digest(state: ClusterState) -> str:
         "finished": sorted((k, v.value) for k, v in state.finished.items()),
         "reservations": sorted(state.reservations.items()),
     }
+    if state.queue_usage:  # absent without queues: digests of older states stay the same
+        body["queue_usage"] = sorted([q, *u] for q, u in state.queue_usage.items())
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 

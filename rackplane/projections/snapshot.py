@@ -47,6 +47,7 @@ from rackplane.projections.state import (
     ClusterState,
     JobState,
     NodeState,
+    QueueUsage,
     RackState,
     SeenCommands,
     SliceState,
@@ -83,6 +84,7 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
         "interactive_preemption_reason",
         "seen",
         "applied",
+        "queue_usage",
     ),
     NodeState: ("id", "rack", "health", "cordoned", "job", "slice", "cause"),
     RackState: ("id", "pod", "size", "gpus_per_node", "free", "health", "cause"),
@@ -106,6 +108,7 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
     SliceState: ("index", "size", "nodes", "racks"),
     BlockInfo: ("reason", "since", "allocatable_nodes", "placeable_slices", "explanation"),
     SeenCommands: ("recent", "older", "window"),
+    QueueUsage: ("nodes", "average", "since"),
 }
 """The fields the codec writes and reads, per record type, in order. A field added to one of
 these types must be taught to `_snapshot_doc.py` (writing) and `_snapshot_read.py` (reading)

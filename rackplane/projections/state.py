@@ -16,6 +16,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -178,6 +179,29 @@ class JobState(NamedTuple):
         return elapsed % interval if interval else elapsed
 
 
+class QueueUsage(NamedTuple):
+    """What a leaf queue holds, and its usage history, as of `since` (folded by `evolve`).
+
+    `average` is the exponentially weighted average of the nodes the queue held, with
+    weights that halve every `fair_share_half_life` back; between two changes the queue held
+    `nodes`, so the average at any later time follows in closed form (`average_at`)."""
+
+    nodes: int
+    average: float
+    since: datetime
+
+    def average_at(self, at: datetime, half_life: timedelta) -> float:
+        """The decayed average at `at` (not before `since`)."""
+        if at <= self.since:
+            return self.average
+        decay = math.pow(0.5, (at - self.since) / half_life)
+        return self.nodes + (self.average - self.nodes) * decay
+
+    def changed(self, delta: int, at: datetime, half_life: timedelta) -> QueueUsage:
+        """The usage after the queue's holding changed by `delta` nodes at `at`."""
+        return QueueUsage(self.nodes + delta, self.average_at(at, half_life), max(at, self.since))
+
+
 @dataclass(frozen=True, slots=True)
 class SeenCommands:
     """Ids of applied commands, for dedupe. Two generations bound the memory it takes."""
@@ -225,6 +249,9 @@ class ClusterState:
     """Commands-topic partition -> offset of the last command decided from it: what the
     events' `command_partition` / `command_offset` say. A command read at or below it was
     decided already, however old (the id window above is finite)."""
+    queue_usage: Map[str, QueueUsage] = field(default_factory=Map)
+    """Leaf queue -> the nodes its jobs hold and its decayed usage history (fair share).
+    Only queues that ever held nodes have an entry."""
 
     @property
     def registered(self) -> bool:

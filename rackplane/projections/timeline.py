@@ -95,12 +95,19 @@ def describe(e: Event, subject: str = "") -> str:
             j = e.job
             return (
                 f"submitted {j.id}: {j.nodes} nodes in slices of {j.slice_size}, {j.kind.value}, "
-                f"priority {j.priority}"
+                f"priority {j.priority}{f', queue {j.queue}' if j.queue else ''}"
             )
         case JobBlocked():
+            where = ""
+            if e.standing is not None:
+                st = e.standing
+                where = (
+                    f"; queue {st.queue} (share {st.share:.2f}, rank {st.queue_rank}, holds "
+                    f"{st.nodes_held} of {st.nominal_nodes}), position {st.position}"
+                )
             return (
                 f"blocked by {e.reason}: {e.placeable_slices}/{len(e.slice_sizes)} slices fit "
-                f"racks, {e.allocatable_nodes} nodes allocatable{_why(e.explanation)}"
+                f"racks, {e.allocatable_nodes} nodes allocatable{where}{_why(e.explanation)}"
             )
         case JobPlaced():
             n = sum(len(s.nodes) for s in e.slices)
@@ -150,7 +157,7 @@ def describe(e: Event, subject: str = "") -> str:
         case DefragPlanned():
             role = "as a victim " if subject and subject in e.victims else ""
             return (
-                f"defrag planned {role}for {e.job}: racks {', '.join(e.target_racks)}, victims "
+                f"{e.cause} planned {role}for {e.job}: racks {', '.join(e.target_racks)}, victims "
                 f"{', '.join(e.victims) or 'none'}, cost {e.cost_gpu_hours:.1f} GPU-h"
                 f"{_why(e.explanation)}"
             )

@@ -44,6 +44,7 @@ from rackplane.projections import (
     ClusterState,
     JobState,
     NodeState,
+    QueueUsage,
     RackState,
     SeenCommands,
     SliceState,
@@ -81,7 +82,8 @@ def test_the_codec_knows_every_field_of_the_state_records(cls: type) -> None:
 
 
 def test_the_codec_lists_every_record_type_of_the_state() -> None:
-    want = {ClusterState, NodeState, RackState, JobState, SliceState, BlockInfo, SeenCommands}
+    want = {ClusterState, NodeState, RackState, JobState, SliceState, BlockInfo, SeenCommands,
+            QueueUsage}  # fmt: skip
     assert set(CODEC_FIELDS) == want
 
 
