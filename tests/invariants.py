@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rackplane.models import Event, Health, JobBlocked, JobPlaced, SliceMigrated
+from rackplane.policies.quotas import QueueBook
 from rackplane.projections import ClusterState
 
 
@@ -35,6 +36,23 @@ def check_invariants(state: ClusterState, events: Sequence[Event] = ()) -> None:
             if n.rack == rack.id and n.job is None and n.health is Health.HEALTHY and not n.cordoned
         )
         assert rack.free == want, f"free index of {rack.id} is stale"
+    # What each queue holds is what its jobs hold; a placement never takes a queue past its
+    # nominal + borrowing limit.
+    held: dict[str, int] = {}
+    for job in state.jobs.values():
+        if job.spec.queue is not None and job.status.holds_nodes:
+            held[job.spec.queue] = held.get(job.spec.queue, 0) + len(job.nodes)
+    folded = {q: u.nodes for q, u in state.queue_usage.items() if u.nodes}
+    assert folded == held, f"queue usage {folded} but the jobs hold {held}"
+    book = QueueBook.of(state)
+    for e in events:
+        if book is not None and isinstance(e, JobPlaced):
+            queue = state.jobs[e.job].spec.queue if e.job in state.jobs else None
+            if queue is not None and book.leaf(queue):
+                for x in book.path(queue):
+                    limit = book.specs[x].borrowing_limit
+                    if limit is not None:
+                        assert book.held[x] <= book.nominal[x] + limit, f"{x} over its limit"
     # Spares are used only by swaps (or lent to evictable work): right after a placement or a
     # migration (one per command), every rack it took nodes from still has its reserve.
     for e in events:

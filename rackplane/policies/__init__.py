@@ -5,6 +5,8 @@ from rackplane.policies.defrag import Defrag, DefragPlan, plan_defrag
 from rackplane.policies.gpu_health import GpuHealthRules, HealthRules, NodeHealthState, step
 from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_placement
 from rackplane.policies.presets import PRESETS, default_policies, preset
+from rackplane.policies.quotas import QueueBook
+from rackplane.policies.reclaim import Reclaim, plan_reclaim
 from rackplane.policies.spare_swap import SpareSwap
 from rackplane.policies.tas import NaiveScheduler, TopologyAwareScheduler, schedule
 
@@ -18,6 +20,8 @@ __all__ = [
     "NaiveScheduler",
     "NodeHealthState",
     "Placement",
+    "QueueBook",
+    "Reclaim",
     "Rejected",
     "SpareSwap",
     "TopologyAwareScheduler",
@@ -26,6 +30,7 @@ __all__ = [
     "default_policies",
     "find_placement",
     "plan_defrag",
+    "plan_reclaim",
     "preset",
     "refuse_oversized",
     "schedule",

@@ -22,6 +22,7 @@ from rackplane.models import (
 from rackplane.policies import _checks as chk
 from rackplane.policies._authorize import is_policy
 from rackplane.policies._checks import Emitter
+from rackplane.policies.quotas import reclaimable
 from rackplane.projections.state import ClusterState, restart_cost
 
 
@@ -124,6 +125,8 @@ def preempt_jobs(s: ClusterState, c: PreemptJobs, out: Emitter) -> None:
         elif c.cause == "eviction":
             if not job.borrowing:
                 chk.reject("invalid_state", f"job {job.id} runs on no borrowed spare")
+        elif c.cause in ("reclaim", "priority") and (why := reclaimable(s, job, c.cause)):
+            chk.reject("not_preemptible", why)
         elif job.protected_by is not None:
             chk.reject(
                 "not_preemptible",
@@ -143,7 +146,7 @@ def preempt_jobs(s: ClusterState, c: PreemptJobs, out: Emitter) -> None:
                 f"job {job.id} is interactive: preempting it by hand needs a reason",
             )
     for job in victims:
-        consent = job.spec.kind is JobKind.INTERACTIVE and c.cause in ("defrag", "operator")
+        consent = job.spec.kind is JobKind.INTERACTIVE and c.cause not in ("failure", "eviction")
         out.emit(
             JobPreempted,
             job=job.id,
@@ -181,4 +184,5 @@ def plan_defrag(s: ClusterState, c: PlanDefrag, out: Emitter) -> None:
         alternatives=c.alternatives,
         explanation=c.explanation,
         score=c.score,
+        cause=c.cause,
     )

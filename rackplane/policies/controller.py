@@ -43,6 +43,7 @@ from rackplane.models import (
     JobId,
     JobPlaced,
     JobRuntimeReported,
+    JobSpec,
     JobStarted,
     JobStatus,
     JobSubmitted,
@@ -57,6 +58,7 @@ from rackplane.models import (
     PlaceJob,
     PlanDefrag,
     PolicyConfigured,
+    PolicySettings,
     PreemptJobs,
     RackDegraded,
     RackFailed,
@@ -83,6 +85,7 @@ from rackplane.policies import _decide_slices as slices
 from rackplane.policies import _keyring as keyring
 from rackplane.policies._checks import Emitter
 from rackplane.policies._checks import Rejected as Rejected
+from rackplane.policies.quotas import QueueBook
 from rackplane.projections.state import (
     ClusterState,
 )
@@ -250,6 +253,7 @@ def _register_topology(s: ClusterState, c: RegisterTopology, out: Emitter) -> No
     settings = c.settings or s.settings
     if s.settings.keys is not None:
         keyring.keys_kept(s, settings)
+    _queues_kept(s, settings)
     if s.index is not None:
         if s.index.topology == t and settings == s.settings:
             chk.ignore("this topology and these settings are already registered")
@@ -270,11 +274,56 @@ def _configure_policy(s: ClusterState, c: ConfigurePolicy, out: Emitter) -> None
     if c.settings == s.settings:
         chk.ignore("the policy settings are already these")
     keyring.keys_kept(s, c.settings)
+    _queues_kept(s, c.settings)
     was_on = s.settings.allow_interactive_preemption
     turns_on = c.settings.allow_interactive_preemption and not was_on
     if turns_on and not c.reason.strip():
         chk.reject("reason_required", "allowing interactive preemption needs a reason: say why")
     out.emit(PolicyConfigured, settings=c.settings, reason=c.reason)
+
+
+def _queues_kept(s: ClusterState, settings: PolicySettings) -> None:
+    """Refuse settings that drop (or give children to) a queue unfinished jobs are in."""
+    leaves = {q.name for q in settings.queues} - {q.parent for q in settings.queues}
+    for job in s.jobs.values():
+        queue = job.spec.queue
+        if queue is not None and queue not in leaves:
+            waiting = sum(1 for j in s.jobs.values() if j.spec.queue == queue)
+            chk.reject(
+                "queue_in_use",
+                f"queue {queue} still has {waiting} unfinished job(s) (first: {job.id}) and "
+                "would no longer be a leaf queue; let them finish or cancel them first",
+            )
+
+
+def _resolve_queue(s: ClusterState, spec: JobSpec) -> JobSpec:
+    """The spec with its queue resolved, or a rejection (no such queue, kind not allowed)."""
+    settings = s.settings
+    if not settings.queues:
+        if spec.queue is not None:
+            chk.reject(
+                "unknown_queue", f"cluster {s.cluster!r} has no queues; submit without a queue"
+            )
+        return spec
+    queue = spec.queue or settings.default_queue
+    if queue is None:
+        chk.reject(
+            "unknown_queue",
+            f"cluster {s.cluster!r} has queues and no default queue: name one "
+            f"({', '.join(sorted(_leaves(settings))[:8])})",
+        )
+    spec_of = {q.name: q for q in settings.queues}
+    if queue not in _leaves(settings):
+        what = "has child queues" if queue in spec_of else "is not a queue"
+        chk.reject("unknown_queue", f"queue {queue!r} {what}; jobs go to a leaf queue")
+    if spec.kind not in spec_of[queue].kinds:
+        kinds = ", ".join(k.value for k in spec_of[queue].kinds)
+        chk.reject("kind_not_allowed", f"queue {queue} runs {kinds} jobs, not {spec.kind.value}")
+    return spec if spec.queue == queue else spec.model_copy(update={"queue": queue})
+
+
+def _leaves(settings: PolicySettings) -> set[str]:
+    return {q.name for q in settings.queues} - {q.parent for q in settings.queues if q.parent}
 
 
 def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
@@ -283,6 +332,7 @@ def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
         chk.reject("duplicate_job", f"job {spec.id} was already submitted")
     if spec.slice_size is None:
         spec = spec.model_copy(update={"slice_size": s.settings.slice_size})
+    spec = _resolve_queue(s, spec)
     size = spec.slice_sizes[0]
     if spec.min_nodes_per_slice is not None and spec.min_nodes_per_slice > size:
         chk.reject(
@@ -415,6 +465,11 @@ def _place_job(s: ClusterState, c: PlaceJob, out: Emitter) -> None:
         chk.check_rack_local(s, f"slice {i} of job {c.job}", racks)
         placed.append(PlacedSlice(index=i, nodes=a.nodes, racks=racks))
     chk.check_reservations(s, c.job, nodes)
+    book = QueueBook.of(s)
+    if book is not None and book.leaf(job.spec.queue):
+        over = book.over_limit(job.spec.queue or "", len(nodes))
+        if over is not None:
+            chk.reject("over_quota", over.explanation)
     if c.borrowing:
         why = chk.borrowable(s, job)
         if why is not None:
@@ -451,4 +506,5 @@ def _block_job(s: ClusterState, c: BlockJob, out: Emitter) -> None:
         allocatable_nodes=c.allocatable_nodes,
         placeable_slices=c.placeable_slices,
         explanation=c.explanation,
+        standing=c.standing,
     )

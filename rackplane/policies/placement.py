@@ -86,6 +86,9 @@ class Capacity:
         self.usable: dict[RackId, int] = dict(table)
         self.degraded: frozenset[RackId] = degraded
         """Degraded racks: used only when the healthy racks cannot take a job."""
+        self._views: dict[frozenset[RackId], _View] = {}
+        """Views and their totals by `exclude`, while the usable counts stay as they are:
+        a cycle asks the same question for job after job that does not fit."""
 
     @property
     def total(self) -> int:
@@ -113,6 +116,7 @@ class Capacity:
             rack = rack_of[n].rack
             self.taken.setdefault(rack, set()).add(n)
             self.usable[rack] -= 1
+        self._views.clear()
 
     def release(self, nodes: Iterable[NodeId]) -> None:
         """Count nodes of a job about to be preempted as usable (healthy, uncordoned ones)."""
@@ -124,6 +128,7 @@ class Capacity:
                 continue
             self.freed.setdefault(node.rack, set()).add(n)
             self.usable[node.rack] += 1
+        self._views.clear()
 
     def copy(self) -> Capacity:
         """An independent copy, to try a plan without touching this one."""
@@ -135,16 +140,64 @@ class Capacity:
         other.usable = dict(self.usable)
         other.taken = {r: set(ns) for r, ns in self.taken.items()}
         other.freed = {r: set(ns) for r, ns in self.freed.items()}
+        other._views = {}
         return other
 
     def hold(self, racks: Iterable[RackId]) -> None:
         """Hide racks from every later query of this cycle (a head-of-line reservation)."""
         for r in racks:
             self.usable[r] = min(self.usable[r], 0)
+        self._views.clear()
 
     def view(self, exclude: frozenset[RackId] | set[RackId] = frozenset()) -> dict[RackId, int]:
         """Usable nodes per rack (never negative), with `exclude` seen as full."""
         return {r: (0 if r in exclude or u < 0 else u) for r, u in self.usable.items()}
+
+    def cached_view(self, exclude: frozenset[RackId] | set[RackId] = frozenset()) -> _View:
+        """`view(exclude)` with its totals, built once until the usable counts change. Its
+        `usable` must not be changed."""
+        key = frozenset(exclude)
+        got = self._views.get(key)
+        if got is None:
+            got = self._views[key] = _View(self.view(key))
+        return got
+
+
+class _View:
+    """A view of usable nodes per rack and what `choose_racks` first checks of it: the total,
+    the largest room, and per slice size how many slices fit (counted when first asked)."""
+
+    __slots__ = ("fits", "largest", "total", "usable")
+
+    def __init__(self, usable: dict[RackId, int]) -> None:
+        self.usable = usable
+        self.total = sum(usable.values())
+        self.largest = max(usable.values(), default=0)
+        self.fits: dict[int, int] = {}
+
+    def slices(self, size: int) -> int:
+        """Slices of `size` nodes the racks fit, all together."""
+        n = self.fits.get(size)
+        if n is None:
+            n = self.fits[size] = sum(u // size for u in self.usable.values() if u >= size)
+        return n
+
+    def hopeless(self, sizes: Sequence[int]) -> Unplaceable | None:
+        """The verdict `choose_racks` reaches for `sizes`, when the totals alone give it: too
+        few nodes in all, or too few rack-shaped slices (the same numbers and words)."""
+        need, s = sum(sizes), sizes[0]
+        k = sum(1 for x in sizes if x == s)
+        placeable = min(k, self.slices(s))
+        if self.total < need:
+            return Unplaceable(
+                "capacity",
+                self.total,
+                placeable,
+                f"needs {need} nodes ({_shape(sizes)}); {self.total} allocatable cluster-wide",
+            )
+        if placeable < k:
+            return _topology_block(self.usable, sizes, self.total, placeable)
+        return None
 
 
 _Table = tuple[dict[RackId, int], frozenset[RackId]]
@@ -191,11 +244,17 @@ def find_placement(
     Returns:
         A `Placement`, or an `Unplaceable` saying `capacity` or `topology` and why.
     """
-    usable = capacity.view(exclude)
     if within is not None:
         allowed = set(within)
-        usable = {r: (u if r in allowed else 0) for r, u in usable.items()}
+        usable = {r: (u if r in allowed else 0) for r, u in capacity.view(exclude).items()}
+        hopeless = None
+    else:
+        view = capacity.cached_view(exclude)
+        usable = view.usable
+        hopeless = view.hopeless(sizes)
     degraded = [r for r in capacity.degraded if usable.get(r, 0) > 0]
+    if hopeless is not None:
+        return _counted(hopeless, degraded)
     if degraded:
         healthy = dict(usable)
         for r in degraded:
@@ -206,10 +265,7 @@ def find_placement(
             return Placement(slices, tuple(first), _explain(capacity, healthy, first, sizes))
     racks = choose_racks(capacity.index, usable, sizes)
     if isinstance(racks, Unplaceable):
-        if degraded:
-            note = f"; counted degraded racks {', '.join(sorted(degraded))}"
-            return replace(racks, explanation=racks.explanation + note)
-        return racks
+        return _counted(racks, degraded)
     slices = _pick_nodes(capacity, racks, sizes)
     why = _explain(capacity, usable, racks, sizes)
     used = sorted({r for r in racks if r in capacity.degraded})
@@ -219,6 +275,14 @@ def find_placement(
             "tray lost, less NVLink bandwidth): the healthy racks cannot hold it"
         )
     return Placement(slices, tuple(racks), why)
+
+
+def _counted(verdict: Unplaceable, degraded: Sequence[RackId]) -> Unplaceable:
+    """The verdict, saying which degraded racks it counted (when any had room)."""
+    if not degraded:
+        return verdict
+    note = f"; counted degraded racks {', '.join(sorted(degraded))}"
+    return replace(verdict, explanation=verdict.explanation + note)
 
 
 def choose_racks(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from rackplane.models import PolicySettings
 from rackplane.policies.base import Policy
 from rackplane.policies.defrag import Defrag
+from rackplane.policies.reclaim import Reclaim
 from rackplane.policies.spare_swap import SpareSwap
 from rackplane.policies.tas import NaiveScheduler, TopologyAwareScheduler
 
@@ -43,12 +44,13 @@ def preset(name: str, base: PolicySettings | None = None) -> tuple[list[Policy],
         }
     )
     scheduler: Policy = NaiveScheduler() if name == "naive" else TopologyAwareScheduler()
-    policies: list[Policy] = [SpareSwap(), scheduler]
+    policies: list[Policy] = [SpareSwap(), scheduler, Reclaim()]
     if "defrag" in parts:
         policies.append(Defrag())
     return policies, settings
 
 
 def default_policies() -> Sequence[Policy]:
-    """The production stack: spare_swap, tas, defrag (NTP and defrag follow the settings)."""
-    return (SpareSwap(), TopologyAwareScheduler(), Defrag())
+    """The production stack: spare_swap, tas, reclaim, defrag (NTP and defrag follow the
+    settings; reclaim acts only where queues are set)."""
+    return (SpareSwap(), TopologyAwareScheduler(), Reclaim(), Defrag())

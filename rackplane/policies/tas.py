@@ -3,7 +3,13 @@
 The scheduling cycle (run when something that frees nodes or adds work happens):
 
 1. Build this cycle's capacity from the state: usable nodes per rack, spares kept back.
-2. Walk the queue: priority first, re-queued jobs ahead of their peers, then FIFO.
+2. Walk the queue: priority first, re-queued jobs ahead of their peers, then FIFO. With
+   queues set (`PolicySettings.queues`), the queues take turns by fair share: the next job
+   always comes from the leaf queue of the lowest share (`rackplane/policies/quotas.py`,
+   compared top down: org, then team), and a placement raises its queue's share at once;
+   inside a queue, priority, then FIFO. Jobs without a queue go first.
+2a. A job its queue may not take now (nominal + borrowing limit reached, or nothing left to
+   borrow) is blocked for `quota`, with where it stands; the queue's next job may still go.
 3. A job that holds a defrag reservation is placed inside its reserved racks first.
 4. Others are placed by `find_placement` (best fit, lowest fabric domain), never on racks
    reserved for another job, nor on the racks the head of the line holds (step 6); on a
@@ -16,7 +22,8 @@ The scheduling cycle (run when something that frees nodes or adds work happens):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,12 +32,14 @@ from rackplane.models import (
     Command,
     Event,
     PlaceJob,
+    QueueStanding,
     RackId,
     SliceAssignment,
 )
 from rackplane.policies._checks import may_borrow
 from rackplane.policies._proposals import Proposals, own_rejections
 from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_placement
+from rackplane.policies.quotas import QueueBook
 from rackplane.projections.state import ClusterState, JobState
 
 # Events after which a scheduling cycle may place something (or must re-examine the queue).
@@ -83,7 +92,11 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
     reserved = dict(state.reservations)
     head_held: set[RackId] = set()
     verdicts: dict[tuple[int, ...], Unplaceable] = {}
-    for job in state.queued():
+    line = FairLine(state, QueueBook.of(state))
+    line.out = out
+    for job in line:
+        if line.book is not None and line.refused(job, capacity):
+            continue
         sizes = job.spec.slice_sizes
         mine = [r for r, j in reserved.items() if j == job.id]
         others = {r for r, j in reserved.items() if j != job.id} | head_held
@@ -96,6 +109,7 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
                 result = find_placement(capacity, sizes, exclude=others)
         if isinstance(result, Placement):
             _place(out, capacity, borrow, job, result, borrowing=False)
+            line.placed(job)
             verdicts.clear()
             continue
         verdicts[sizes] = result
@@ -103,9 +117,10 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
             lent = find_placement(borrow, sizes, exclude=others)
             if isinstance(lent, Placement):
                 _place(out, capacity, borrow, job, lent, borrowing=True)
+                line.placed(job)
                 verdicts.clear()
                 continue
-        _block(out, job, result)
+        _block(out, job, result, line.standing)
         if not head_held and _could_ever_fit(state, sizes):
             head_held = _closest_racks(capacity, sizes, others)
             capacity.hold(head_held)
@@ -135,7 +150,12 @@ def _place(
             cap.commit(placement)
 
 
-def _block(out: Proposals, job: JobState, verdict: Unplaceable) -> None:
+def _block(
+    out: Proposals,
+    job: JobState,
+    verdict: Unplaceable,
+    standing: Callable[[JobState], QueueStanding | None] | None = None,
+) -> None:
     # Re-blocking for the same reason would only repeat the record: numbers at the time the
     # job first met this reason stand until the reason changes.
     if job.blocked is not None and job.blocked.reason == verdict.reason:
@@ -147,7 +167,98 @@ def _block(out: Proposals, job: JobState, verdict: Unplaceable) -> None:
         allocatable_nodes=verdict.allocatable_nodes,
         placeable_slices=verdict.placeable_slices,
         explanation=verdict.explanation,
+        standing=standing(job) if standing is not None else None,
     )
+
+
+class FairLine:
+    """The queued jobs of one cycle in the order they are offered: jobs without a queue
+    first, then by fair share (module docstring, step 2). Iterate it once; tell it of each
+    placement (`placed`) so the placed job's queue waits its turn again.
+
+    Cost: O(jobs log jobs) to sort, O(log queues x depth) per job offered."""
+
+    def __init__(self, state: ClusterState, book: QueueBook | None) -> None:
+        self.book = book
+        self.out: Proposals | None = None
+        queued = state.queued()
+        self.free: int | None = None
+        """Nodes placement can use cluster-wide, counted once per cycle when first needed."""
+        self.lines: dict[str, list[JobState]] = {}
+        self.unmanaged: list[JobState] = []
+        self.offered: dict[str, int] = {}
+        if book is None:
+            self.unmanaged = queued
+            return
+        for job in queued:
+            q = job.spec.queue
+            if q is not None and book.leaf(q):
+                self.lines.setdefault(q, []).append(job)
+            else:
+                self.unmanaged.append(job)
+
+    def __iter__(self) -> Iterator[JobState]:
+        yield from self.unmanaged
+        book = self.book
+        if book is None:
+            return
+        lines, offered = self.lines, self.offered
+        heap = [(book.rank_key(q), q) for q in lines]
+        heapq.heapify(heap)
+        while heap:
+            key, q = heapq.heappop(heap)
+            fresh = book.rank_key(q)
+            if fresh != key:  # its share rose since it was pushed (shares only rise in a cycle)
+                heapq.heappush(heap, (fresh, q))
+                continue
+            at = offered.get(q, 0)
+            offered[q] = at + 1
+            yield lines[q][at]
+            if at + 1 < len(lines[q]):
+                heapq.heappush(heap, (book.rank_key(q), q))
+
+    def refused(self, job: JobState, capacity: Capacity) -> bool:
+        """Block `job` for quota (and say so) when its queue may not take it now."""
+        book, queue = self.book, job.spec.queue
+        if book is None or queue is None or not book.leaf(queue):
+            return False
+        refusal = book.admit(queue, job.spec.nodes, lambda: self._free(capacity))
+        if refusal is None:
+            return False
+        if self.out is not None:
+            verdict = Unplaceable("quota", self._free(capacity), 0, refusal.explanation)
+            _block(self.out, job, verdict, self.standing)
+        return True
+
+    def _free(self, capacity: Capacity) -> int:
+        if self.free is None:
+            self.free = capacity.total
+        return self.free
+
+    def placed(self, job: JobState) -> None:
+        """Count a placement of this cycle against its queue's quota and share."""
+        book, queue = self.book, job.spec.queue
+        if self.free is not None:
+            self.free -= job.spec.nodes
+        if book is not None and queue is not None and book.leaf(queue):
+            book.commit(queue, job.spec.nodes)
+
+    def standing(self, job: JobState) -> QueueStanding | None:
+        """Where a job offered in this cycle stands (for its `JobBlocked`)."""
+        book, queue = self.book, job.spec.queue
+        if book is None or queue is None or not book.leaf(queue):
+            return None
+        key = book.rank_key(queue)
+        waiting = [q for q, jobs in self.lines.items() if self.offered.get(q, 0) < len(jobs)]
+        rank = 1 + sum(1 for q in waiting if q != queue and book.rank_key(q) < key)
+        return QueueStanding(
+            queue=queue,
+            share=round(book.share(queue), 4),
+            queue_rank=rank,
+            position=self.offered.get(queue, 0),
+            nodes_held=book.held[queue],
+            nominal_nodes=book.nominal[queue],
+        )
 
 
 def _could_ever_fit(state: ClusterState, sizes: tuple[int, ...]) -> bool:

@@ -6,7 +6,7 @@ and benchmarks build as many isolated apps as they need); `run_worker(config)` r
 | agent | reads | writes |
 |---|---|---|
 | controller | commands | events (the only writer), rejected |
-| spare_swap, tas, defrag | events | commands |
+| spare_swap, tas, reclaim, defrag | events | commands |
 | gpu_manager | telemetry (a plain consumer loop), events | commands, rejected |
 | projections | events | tables `occupancy`, `jobs`; rejected |
 | audit (when configured) | events, commands, rejected | the audit sink |
@@ -33,7 +33,7 @@ from faust.types import TP
 from rackplane.keyfiles import KeyFile, KeyFileError, load_key
 from rackplane.logtrust import LogTrust, LogTrustError
 from rackplane.models import Command
-from rackplane.policies import Defrag, SpareSwap, TopologyAwareScheduler
+from rackplane.policies import Defrag, Reclaim, SpareSwap, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.policies.health import HealthClassifier
@@ -68,6 +68,7 @@ log = logging.getLogger("rackplane.worker")
 POLICIES: dict[str, Callable[[], Policy]] = {
     "spare_swap": SpareSwap,
     "tas": TopologyAwareScheduler,
+    "reclaim": Reclaim,
     "defrag": Defrag,
 }
 BATCH = 500

@@ -1,0 +1,167 @@
+"""Invariants of shared clusters under the full policy stack, whatever the teams submit.
+
+The cluster of `test_policy_properties.py` (four racks of 8 nodes, 1 spare each) and a queue
+tree drawn per example: two orgs, each with one or two teams, random quotas and limits.
+Checked after every event: what `check_invariants` checks (no queue past its nominal plus
+borrowing limit, queue usage equal to what its jobs hold), and that reclaim preempts only
+borrowing work, for a guaranteed job.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from rackplane.engine import Engine
+from rackplane.models import (
+    CancelJob,
+    CompleteJob,
+    DefragPlanned,
+    Event,
+    Health,
+    JobKind,
+    JobPreempted,
+    PolicySettings,
+    QueueSpec,
+    RegisterTopology,
+    ReportNodeHealth,
+    StartJob,
+    SubmitJob,
+)
+from rackplane.policies import QueueBook, preset
+from rackplane.policies.quotas import borrowing_jobs
+from rackplane.projections import ClusterState, fold, initial_state
+from tests.builders import CLUSTER, T0, cmd, job, rack, topology
+from tests.invariants import check_invariants
+
+RACKS = (rack("r01", 8, "p1"), rack("r02", 8, "p1"), rack("r03", 8, "p2"), rack("r04", 8, "p2"))
+NODES = [n for r in RACKS for n in r.nodes]
+LEAVES = ("a1", "a2", "b1", "b2")
+
+limits = st.one_of(st.none(), st.integers(0, 16))
+team = st.fixed_dictionaries(
+    {
+        "nominal_nodes": st.sampled_from([0, 4, 7, 8, 14]),
+        "borrowing_limit": limits,
+        "lending_limit": limits,
+        "weight": st.sampled_from([0.5, 1.0, 3.0]),
+        "preempt_lower_priority": st.booleans(),
+    }
+)
+trees = st.tuples(team, team, team, team, limits, limits)
+
+submit = st.tuples(
+    st.just("submit"),
+    st.sampled_from(LEAVES),
+    st.sampled_from([2, 4, 7, 8, 14]),
+    st.sampled_from([2, 4, 7]),
+    st.sampled_from([JobKind.MANAGED] * 4 + [JobKind.INTERACTIVE, JobKind.INFERENCE]),
+    st.integers(0, 2),
+)
+step = st.one_of(
+    submit,
+    submit,
+    submit,
+    submit,
+    submit,
+    st.tuples(st.just("fail"), st.sampled_from(NODES)),
+    st.tuples(st.just("finish"), st.integers(0, 50), st.sampled_from(["complete", "cancel"])),
+    st.tuples(st.just("wait"), st.integers(1, 600)),
+)
+
+
+def queues_of(drawn: tuple[Any, ...]) -> tuple[QueueSpec, ...]:
+    *teams, limit_a, limit_b = drawn
+    out = [QueueSpec(name="a", borrowing_limit=limit_a), QueueSpec(name="b", lending_limit=limit_b)]
+    for name, fields in zip(LEAVES, teams, strict=True):
+        out.append(QueueSpec(name=name, parent=name[0], **fields))
+    return tuple(out)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Watch:
+    """A sink that checks each event against the state before it and after it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.before: ClusterState = engine.state
+        self.plans: dict[str, str] = {}
+        self.reclaims = 0
+
+    def __call__(self, event: Event) -> None:
+        before, after = self.before, self.engine.state
+        check_invariants(after, [event])
+        if isinstance(event, DefragPlanned) and event.cause == "reclaim":
+            book = QueueBook.of(before)
+            assert book is not None
+            beneficiary = before.jobs[event.job]
+            queue = beneficiary.spec.queue
+            assert queue is not None
+            assert book.guaranteed(queue, beneficiary.spec.nodes), (
+                f"{event.job} reclaims, but would borrow itself"
+            )
+        if isinstance(event, JobPreempted) and event.cause == "reclaim":
+            book = QueueBook.of(before)
+            assert book is not None
+            over = borrowing_jobs(book, before.jobs.values())
+            victim = before.jobs[event.job]
+            assert victim in over.get(victim.spec.queue or "", []), (
+                f"guaranteed job {event.job} preempted for reclaim"
+            )
+            self.reclaims += 1
+        self.before = after
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    drawn=trees, steps=st.lists(step, min_size=20, max_size=60), history=st.sampled_from([0.0, 0.5])
+)
+def test_quotas_hold_and_reclaim_takes_only_borrowed_work(
+    drawn: tuple[Any, ...], steps: list[tuple[Any, ...]], history: float
+) -> None:
+    clock = Clock()
+    base = PolicySettings(spares_per_rack=1, queues=queues_of(drawn), fair_share_history=history,
+                          fair_share_half_life=timedelta(hours=2))  # fmt: skip
+    policies, chosen = preset("tas+spares+defrag", base)
+    log: list[Event] = []
+    engine = Engine(CLUSTER, clock=clock, policies=policies, sinks=[log.append])
+    engine.handle(cmd(RegisterTopology, topology=topology(*RACKS), settings=chosen))
+    watch = Watch(engine)
+    engine.sinks.append(watch)
+    for i, s in enumerate(steps):
+        state = engine.state
+        match s:
+            case ("submit", queue, n, size, kind, prio):
+                spec = job(f"j{i}", n, slice_size=size, kind=kind, priority=prio, queue=queue,
+                           checkpoint_interval=timedelta(minutes=15))  # fmt: skip
+                command = cmd(SubmitJob, job=spec)
+            case ("fail", node):
+                command = cmd(ReportNodeHealth, node=node, health=Health.FAILED, cause="XID 79")
+            case ("finish", k, how):
+                live = sorted(j for j in state.jobs if state.jobs[j].status.holds_nodes)
+                if not live:
+                    continue
+                target = live[k % len(live)]
+                if how == "complete":
+                    if state.jobs[target].status.value == "placed":
+                        engine.handle(cmd(StartJob, job=target))
+                    command = cmd(CompleteJob, job=target)
+                else:
+                    command = cmd(CancelJob, job=target)
+            case ("wait", minutes):
+                clock.now += timedelta(minutes=minutes)
+                continue
+        engine.handle(command)
+        clock.now += timedelta(minutes=1)
+    assert fold(initial_state(CLUSTER), log) == engine.state
+    event(f"reclaims: {'some' if watch.reclaims else 'none'}")  # the statistics show both
