@@ -1,6 +1,7 @@
 """`python -m bench` (or `make bench`): run the benchmarks, print tables and markdown.
 
-Placement, defrag, the streaming pipeline (on an embedded Tansu), the console's cluster view
+Placement, defrag, a shared cluster's scheduling cycle (`queues`), the streaming pipeline
+(on an embedded Tansu), the console's cluster view
 (`tui`), the history (DuckDB ingest and replay of 1M events), snapshots (encode, decode,
 save and load of a cluster's state) and the rebuild of a partition after a restart (1M and
 10M events, with a checkpoint and from offset 0), signed commands (the controller's
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=[
             "placement",
             "defrag",
+            "queues",
             "sim",
             "streams",
             "fetchwait",
@@ -154,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.only in (None, "defrag"):
             results["defrag"] = defrag_time(racks, 10, say)
+        if args.only in (None, "queues"):
+            from bench.queues import queue_cycle
+
+            results["queues"] = queue_cycle(racks, 30, say)
         if args.only in (None, "streams"):
             import asyncio
 
@@ -222,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, title in (
         ("placement", "Placement latency (ms)"),
         ("defrag", "Defrag plan (ms)"),
+        ("queues", "Scheduling cycle, 1,000 waiting jobs in 50 queues (ms)"),
         ("streams", f"Streaming pipeline ({broker_name})"),
         ("fetchwait", "Fetch wait on Tansu: latency at 500 commands/s, idle CPU"),
         ("tui", "Console: cluster view refresh after one event (ms)"),

@@ -263,7 +263,8 @@ def submit(
         typer.Option(
             "--file",
             help="A YAML list of jobs (JobSpec fields: id, nodes, slice_size, kind, priority, "
-            "checkpoint_interval, expected_duration, ...) to submit instead of --job/--nodes.",
+            "queue, checkpoint_interval, expected_duration, ...) to submit instead of "
+            "--job/--nodes.",
         ),
     ] = None,
     broker: Broker = None,
@@ -284,6 +285,10 @@ def submit(
         ),
     ] = None,
     min_nodes_per_slice: Annotated[int | None, typer.Option(help="Allow degraded running.")] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(help="The leaf queue it runs under (default: the cluster's default queue)."),
+    ] = None,
     name: Annotated[str, typer.Option(help="A human name.")] = "",
     owner: Annotated[str | None, typer.Option(help="Owner (default: the actor).")] = None,
     prefix: Prefix = None,
@@ -320,6 +325,7 @@ def submit(
                         else None
                     ),
                     min_nodes_per_slice=min_nodes_per_slice,
+                    queue=queue,
                     expected_duration=_minutes(expected_duration, "--expected-duration"),
                 )
             ]

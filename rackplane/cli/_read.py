@@ -60,7 +60,9 @@ class JobFilter(StrEnum):
 
 def register(app: typer.Typer) -> None:
     """Add the read commands to the CLI."""
-    for command in (status, jobs, job, racks, rack):
+    from rackplane.cli._queues import queues
+
+    for command in (status, jobs, job, racks, rack, queues):
         app.command()(command)
 
 
@@ -169,8 +171,12 @@ def status(
     console.print(t)
 
 
-def _selected(j: JobState, state: JobFilter | None, owner: str | None, kind: str | None) -> bool:
+def _selected(
+    j: JobState, state: JobFilter | None, owner: str | None, kind: str | None, queue: str | None
+) -> bool:
     if owner is not None and j.spec.owner != owner:
+        return False
+    if queue is not None and j.spec.queue != queue:
         return False
     if kind is not None and j.spec.kind.value != kind:
         return False
@@ -187,6 +193,7 @@ def jobs(
         JobFilter | None, typer.Option(help="Only jobs queued, blocked, placed or running.")
     ] = None,
     owner: Annotated[str | None, typer.Option(help="Only this owner's jobs.")] = None,
+    queue: Annotated[str | None, typer.Option(help="Only the jobs of this leaf queue.")] = None,
     kind: Annotated[
         str | None, typer.Option(help="Only this kind (managed, interactive, inference).")
     ] = None,
@@ -204,7 +211,7 @@ def jobs(
     chosen = [
         j
         for j in sorted(st.jobs.values(), key=lambda j: j.queue_key)
-        if _selected(j, state, owner, kind)
+        if _selected(j, state, owner, kind, queue)
     ]
     if json_out:
         print_json([job_row(st, j.id) for j in chosen])
@@ -219,6 +226,7 @@ def jobs(
             (
                 j.id,
                 j.spec.owner,
+                j.spec.queue or "-",
                 j.spec.kind.value,
                 str(j.spec.priority),
                 f"{j.spec.nodes:,}",
@@ -230,7 +238,7 @@ def jobs(
         )
     print_list(
         f"Jobs of {cluster} ({len(chosen):,} of {len(st.jobs):,} unfinished)",
-        ("job", "owner", "kind", "prio", "nodes", "status", "racks", "since", "why"),
+        ("job", "owner", "queue", "kind", "prio", "nodes", "status", "racks", "since", "why"),
         rows,
         right=("prio", "nodes"),
     )

@@ -62,6 +62,7 @@ def job_row(state: ClusterState, job_id: str) -> dict[str, Any] | None:
         "job": j.id,
         "name": j.spec.name,
         "owner": j.spec.owner,
+        "queue": j.spec.queue,
         "kind": j.spec.kind.value,
         "priority": j.spec.priority,
         "nodes": j.spec.nodes,

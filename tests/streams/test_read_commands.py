@@ -212,3 +212,41 @@ def test_submit_expected_duration_reaches_the_job(pipeline: Pipeline, tmp_path: 
     )  # fmt: skip
     assert code == 0, out
     assert out["events"][0]["job"]["expected_duration"] == "PT1H30M"
+
+
+def test_queues_shows_quota_held_borrowed_and_waiting_and_jobs_filters_by_queue(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    from rackplane.models import PolicySettings, QueueSpec
+
+    c = new_cluster()
+    f = tmp_path / f"{c}.yaml"
+    queues = (
+        QueueSpec(name="research"),
+        QueueSpec(name="pretrain", parent="research", nominal_nodes=4, borrowing_limit=4),
+        QueueSpec(name="rl", parent="research", nominal_nodes=8),
+    )
+    policy = PolicySettings(slice_size=4, spares_per_rack=1, queues=queues)
+    f.write_text(dump_cluster_file(small_topology(c), policy))
+    code, out = cli(pipeline, "register", str(f), "--actor", "alice")
+    assert code == 0, out
+    for j in ("p1", "p2", "p3"):  # 4 guaranteed, 4 borrowed, then the limit
+        code, out = cli(pipeline, "submit", "--cluster", c, "--job", j, "--nodes", "4",
+                        "--queue", "pretrain", "--actor", "alice")  # fmt: skip
+        assert code == 0, out
+    assert out["events"][-1]["type"] == "JobBlocked" and out["events"][-1]["reason"] == "quota"
+    code, rows = cli(pipeline, "queues", "--cluster", c)
+    assert code == 0, rows
+    by_name = {r["queue"]: r for r in rows}
+    assert [r["queue"] for r in rows] == ["research", "pretrain", "rl"]
+    pretrain = by_name["pretrain"]
+    assert (pretrain["held_nodes"], pretrain["borrowed_nodes"], pretrain["waiting_jobs"]) == (
+        8,
+        4,
+        1,
+    )
+    assert (by_name["research"]["nominal_nodes"], by_name["research"]["held_nodes"]) == (12, 8)
+    code, listed = cli(pipeline, "jobs", "--cluster", c, "--queue", "pretrain")
+    assert code == 0 and sorted(r["job"] for r in listed) == ["p1", "p2", "p3"]
+    code, table = cli(pipeline, "queues", "--cluster", c, json_out=False)
+    assert code == 0 and "Queues of" in table and "pretrain" in table
