@@ -10,6 +10,10 @@ Rules of this file:
       `nodes` defaults to the group's size (the Workload API's gang `minCount`, the others'
       `minMember`).
     - Durations (`checkpoint-interval`, `expected-duration`) are seconds or `90s`, `30m`, `2h`.
+    - The queue (`rackplane.io/queue`) falls back to Kueue's `kueue.x-k8s.io/queue-name` label
+      (the LocalQueue the pods name): a cluster that names its leaf queues after its
+      LocalQueues takes Kueue-labelled workloads as they are. Without either, the plan maps
+      the gang's namespace to the queue of that name, where the cluster has one.
     - A value that cannot be read refuses the gang with a one-line reason (`GangError`); the
       adapter writes it on the pods (`rackplane.io/problem`) and submits nothing.
 """
@@ -36,7 +40,10 @@ FIELDS = (
     "expected-duration",
     "owner",
     "name",
+    "queue",
 )
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's label naming a workload's LocalQueue."""
 _INTS = {"nodes", "priority", "slice-size", "min-nodes-per-slice"}
 _DURATIONS = {"checkpoint-interval", "expected-duration"}
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -62,6 +69,8 @@ def gang_spec(pod: PodView, group: GroupView | None = None) -> JobSpec:
         raw |= _fields(group.annotations, {})
         if "nodes" not in raw and group.min_count is not None:
             raw["nodes"] = str(group.min_count)
+    if "queue" not in raw and KUEUE_QUEUE_LABEL in pod.labels:
+        raw["queue"] = pod.labels[KUEUE_QUEUE_LABEL]
     if "nodes" not in raw:
         raise GangError(
             f"{GROUP}/nodes is missing: say how many nodes (pods) the gang has"

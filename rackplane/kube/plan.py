@@ -74,7 +74,7 @@ from rackplane.models import (
 )
 from rackplane.projections import ClusterState, JobState
 from rackplane.projections.registration import registration_due
-from rackplane.projections.state import NodeState
+from rackplane.projections.state import NodeState, leaf_named
 
 _PROBLEMS, _UNSCHEDULABLE = (
     NodeView._fields.index("problems"),
@@ -332,6 +332,8 @@ class _Planner:
             spec = gang_spec(live[0], group)
         except GangError as err:
             return self.flag(live, str(err))
+        if spec.queue is None and (queue := leaf_named(self.s, [live[0].key.namespace])):
+            spec = spec.model_copy(update={"queue": queue})
         if len(live) > spec.nodes:
             return self.flag(
                 live, f"the gang has {len(live)} pods; rackplane.io/nodes says {spec.nodes}"

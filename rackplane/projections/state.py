@@ -17,6 +17,7 @@ Rules of this file:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -310,3 +311,11 @@ def initial_state(cluster: ClusterId, *, seen_window: int | None = None) -> Clus
     if seen_window is None:
         return ClusterState(cluster=cluster)
     return ClusterState(cluster=cluster, seen=SeenCommands(window=seen_window))
+
+
+def leaf_named(state: ClusterState, names: Iterable[str | None]) -> str | None:
+    """The first of `names` that is a leaf queue of the cluster, or None: how an adapter maps
+    a workload manager's grouping (a Kubernetes namespace, a Slurm account) to a queue of the
+    same name, only where the cluster has one."""
+    leaves = {q.name for q in state.settings.queues} - {q.parent for q in state.settings.queues}
+    return next((n for n in names if n is not None and n in leaves), None)

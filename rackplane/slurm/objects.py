@@ -12,7 +12,9 @@ A job's spec (rules):
     - The rest comes from the job's comment, when it starts with `rackplane:`: `key=value`
       words separated by spaces or commas, keys as in `rackplane submit` and the Kubernetes
       annotations: `slice-size`, `kind`, `priority`, `min-nodes-per-slice`,
-      `checkpoint-interval`, `expected-duration` (seconds or `90s`, `30m`, `2h`), `owner`.
+      `checkpoint-interval`, `expected-duration` (seconds or `90s`, `30m`, `2h`), `owner`,
+      `queue`. Without a `queue`, the plan maps the job's Slurm account to the queue of that
+      name, where the cluster has one.
       Example: `sbatch --hold -p gpu -N 32 --comment "rackplane: slice-size=16 kind=managed"`.
     - A comment that cannot be read refuses the job with a one-line reason (`SpecError`).
 """
@@ -55,6 +57,7 @@ _FIELDS = (
     "checkpoint-interval",
     "expected-duration",
     "owner",
+    "queue",
 )
 _INTS = {"priority", "slice-size", "min-nodes-per-slice"}
 _DURATIONS = {"checkpoint-interval", "expected-duration"}
@@ -108,6 +111,8 @@ class SlurmJob(NamedTuple):
     comment: str
     started: datetime | None = None
     """When its current run started (UTC; None while pending)."""
+    account: str = ""
+    """Its Slurm account (`%a`)."""
 
     @property
     def job(self) -> str:
@@ -182,7 +187,7 @@ def _duration(name: str, text: str) -> timedelta:
 
 # -- reading the client commands' output ---------------------------------------------------------
 
-SQUEUE_FIELDS = ("%i", "%T", "%D", "%r", "%N", "%n", "%u", "%S", "%k")
+SQUEUE_FIELDS = ("%i", "%T", "%D", "%r", "%N", "%n", "%u", "%a", "%S", "%k")
 """What `squeue -o` prints of a job, in `SlurmJob`'s order. The one user text, the comment,
 comes last, so a separator inside it stays in it (sbatch takes any byte in a comment); the
 job's name is not printed, as a second user text could shift the fields."""
@@ -211,7 +216,7 @@ def parse_squeue(text: str) -> tuple[list[SlurmJob], list[str]]:
         try:
             if len(parts) != len(SQUEUE_FIELDS):
                 raise ParseError(f"{len(parts)} fields, expected {len(SQUEUE_FIELDS)}")
-            jid, state, count, reason, nodes, required, user, start, comment = parts
+            jid, state, count, reason, nodes, required, user, account, start, comment = parts
             jobs.append(
                 SlurmJob(
                     id=jid.strip(),
@@ -223,6 +228,7 @@ def parse_squeue(text: str) -> tuple[list[SlurmJob], list[str]]:
                     user=user.strip(),
                     comment="" if comment == "(null)" else comment,
                     started=_time(start),
+                    account=account.strip(),
                 )
             )
         except ValueError as err:

@@ -65,6 +65,7 @@ from rackplane.models import (
 from rackplane.models._text import printable
 from rackplane.projections import ClusterState, JobState
 from rackplane.projections.registration import registration_due
+from rackplane.projections.state import leaf_named
 from rackplane.slurm.objects import FAILED, SlurmJob, SlurmNode, SpecError, job_spec
 
 CAUSE_PREFIX = "slurm: "
@@ -308,6 +309,8 @@ class _Planner:
         except SpecError as err:
             self.problem(j, str(err))
             return
+        if spec.queue is None and (queue := leaf_named(self.s, [j.account])):
+            spec = spec.model_copy(update={"queue": queue})
         self.problem(j, None)
         self.order(f"job:{j.job}", SubmitJob, f"slurm:submit:{j.job}", job=spec)
 

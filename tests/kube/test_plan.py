@@ -64,6 +64,7 @@ from rackplane.models import (
     NodeSwapped,
     PolicySettings,
     PreemptJobs,
+    QueueSpec,
     RegisterTopology,
     ReportDisruptionBudget,
     ReportNodeHealth,
@@ -878,3 +879,43 @@ def test_a_pod_naming_a_group_of_another_api_waits_for_a_group_of_its_own(world:
     world.settle()
     problem = world.pods[PodKey("team", "llm-0")]["metadata"]["annotations"][PROBLEM_ANNOTATION]
     assert "give its PodGroup a minMember" in problem
+
+
+QUEUES = (QueueSpec(name="org"), QueueSpec(name="team", parent="org", nominal_nodes=4),
+          QueueSpec(name="rl", parent="org", nominal_nodes=4))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("meta", "want"),
+    [({"rackplane.io/queue": "rl"}, "rl"), ({}, "team")],
+    ids=["named by annotation", "the namespace's queue"],
+)
+def test_a_gangs_queue_is_its_annotation_else_the_queue_named_after_its_namespace(
+    meta: dict[str, str], want: str
+) -> None:
+    w = World(queues=QUEUES)
+    w.settle()
+    w.gang("train", 2, **meta)
+    (order,) = w.plan().orders
+    assert isinstance(order.command, SubmitJob) and order.command.job.queue == want
+
+
+def test_a_namespace_with_no_queue_of_its_name_leaves_the_job_to_the_default_queue() -> None:
+    queues = (QueueSpec(name="org"), QueueSpec(name="research", parent="org", nominal_nodes=4))
+    w = World(queues=queues, default_queue="research")
+    w.settle()
+    w.gang("train", 2)  # namespace "team": no queue of that name
+    (order,) = w.plan().orders
+    assert isinstance(order.command, SubmitJob) and order.command.job.queue is None
+    w.settle()
+    assert w.state.jobs["team/train"].spec.queue == "research"
+
+
+def test_a_gang_spec_takes_kueues_local_queue_label_as_its_queue() -> None:
+    pod = pod_view(
+        {"metadata": {"name": "p", "namespace": "ns",
+                      "labels": {JOB_LABEL: "j", "rackplane.io/nodes": "2",
+                                 "kueue.x-k8s.io/queue-name": "rl"}}}
+    )  # fmt: skip
+    assert pod is not None
+    assert gang_spec(pod).queue == "rl"

@@ -29,7 +29,7 @@ def bin_dir(tmp_path: Path) -> Path:
     d = tmp_path / "bin"
     d.mkdir()
     line = FIELD_SEP.join(
-        ["7", "PENDING", "2", "JobHeldUser", "", "", "ann", "N/A", "rackplane: slice-size=2"]
+        ["7", "PENDING", "2", "JobHeldUser", "", "", "ann", "", "N/A", "rackplane: slice-size=2"]
     )
     (tmp_path / "squeue.out").write_text(line + RECORD_END + "\n")
     program(d, "squeue", f'echo "$TZ $*" > {tmp_path}/squeue.args; cat {tmp_path}/squeue.out')

@@ -51,11 +51,11 @@ def record(*fields: str) -> str:
 
 def test_squeue_records_keep_pipes_newlines_and_separators_in_the_user_texts() -> None:
     text = (
-        record("4", "RUNNING", "16", "None", "r02n[01-16]", "r02n[01-16]", "root",
+        record("4", "RUNNING", "16", "None", "r02n[01-16]", "r02n[01-16]", "root", "research",
                "2026-12-02T00:36:22", "rackplane: slice-size=16")
         + record("9", "PENDING", "2", "job requeued in held state", "", "r01n[03-04]", "bob",
-                 "N/A", "c|1" + FIELD_SEP + "c2\nc3")
-        + record("3", "PENDING", "16", "JobHeldUser", "", "", "root", "N/A", "(null)")
+                 "rl", "N/A", "c|1" + FIELD_SEP + "c2\nc3")
+        + record("3", "PENDING", "16", "JobHeldUser", "", "", "root", "", "N/A", "(null)")
     )  # fmt: skip
     jobs, bad = parse_squeue(text)
     assert bad == []
@@ -65,12 +65,13 @@ def test_squeue_records_keep_pipes_newlines_and_separators_in_the_user_texts() -
     assert running.active and not running.pending
     assert requeued.held and requeued.required == ("r01n03", "r01n04")
     assert requeued.comment == "c|1" + FIELD_SEP + "c2\nc3"
+    assert (running.account, requeued.account, held.account) == ("research", "rl", "")
     assert held.held and held.comment == "" and held.started is None and held.job == "slurm/3"
 
 
 def test_a_squeue_record_that_cannot_be_read_is_reported_and_the_rest_kept() -> None:
-    text = record("5", "RUNNING", "two", "None", "", "", "a", "N/A", "") + record(
-        "6", "PENDING", "1", "JobHeldUser", "", "", "a", "N/A", "rackplane: \x1e\nkind=x"
+    text = record("5", "RUNNING", "two", "None", "", "", "a", "", "N/A", "") + record(
+        "6", "PENDING", "1", "JobHeldUser", "", "", "a", "", "N/A", "rackplane: \x1e\nkind=x"
     )
     jobs, bad = parse_squeue(text)
     assert [(j.id, j.comment) for j in jobs] == [("6", "rackplane: ")]  # cut at the record end

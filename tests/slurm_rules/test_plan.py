@@ -29,6 +29,7 @@ from rackplane.models import (
     NodeCordoned,
     PolicySettings,
     PreemptJobs,
+    QueueSpec,
     RegisterTopology,
     StartJob,
     SubmitJob,
@@ -462,3 +463,26 @@ def test_a_no_kill_job_runs_on_after_a_degrade_and_that_it_shrank_is_on_record(
     reports = [(e.action, len(e.nodes)) for e in world.events if isinstance(e, JobRuntimeReported)]
     assert reports == [("requeued", 0), ("restarted", 5), ("shrank", 4)]
     assert world.plan() == Plan((), ())
+
+
+@pytest.mark.parametrize(
+    ("comment", "account", "want"),
+    [
+        ("rackplane: slice-size=4 queue=rl", "research", "rl"),
+        ("rackplane: slice-size=4", "research", "research"),
+        ("rackplane: slice-size=4", "nobody", "research"),  # no such queue: the default one
+    ],
+    ids=["named in the comment", "the account's queue", "the default queue"],
+)
+def test_a_jobs_queue_is_its_comments_else_the_queue_named_after_its_account(
+    comment: str, account: str, want: str
+) -> None:
+    w = World()
+    w.settings = PolicySettings(
+        spares_per_rack=1, slice_size=4, default_queue="research",
+        queues=(QueueSpec(name="research", nominal_nodes=8), QueueSpec(name="rl", nominal_nodes=4)),
+    )  # fmt: skip
+    w.settle()
+    w.jobs["21"] = slurm_job(21, 4, comment, account=account)
+    w.settle()
+    assert w.state.jobs["slurm/21"].spec.queue == want
