@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from rackplane.models import ClusterId, Command, Event
-from rackplane.policies.base import Policy
+from rackplane.policies.base import Policy, due
 from rackplane.policies.controller import decide
 from rackplane.projections.evolve import evolve
 from rackplane.projections.state import ClusterState, initial_state
@@ -89,6 +89,24 @@ class Engine:
                     break
             else:
                 return produced
+
+    def wake(self) -> list[Event]:
+        """Offer the state, with no events, to every policy whose `due` time has come
+        (`policies.base.due`), and run what they propose to quiescence; the events."""
+        now = self.clock()
+        produced: list[Event] = []
+        for policy in self.policies:
+            when = due(policy, self.state)
+            if when is None or when > now:
+                continue
+            for command in policy.propose(self.state, [], now=now):
+                produced.extend(self.handle(command))
+        return produced
+
+    def next_due(self) -> datetime | None:
+        """The earliest time a policy wants to look again without events (None: never)."""
+        times = [t for p in self.policies if (t := due(p, self.state)) is not None]
+        return min(times, default=None)
 
     def run(self, commands: Iterable[Command]) -> list[Event]:
         """Handle several commands one after another; return all events."""

@@ -18,6 +18,7 @@ anything is sent.
 from __future__ import annotations
 
 import getpass
+import math
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -285,6 +286,13 @@ def submit(
         ),
     ] = None,
     min_nodes_per_slice: Annotated[int | None, typer.Option(help="Allow degraded running.")] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--time-limit",
+            help="Minutes the job may run; past them it is ended (JobFailed, time_limit).",
+        ),
+    ] = None,
     queue: Annotated[
         str | None,
         typer.Option(help="The leaf queue it runs under (default: the cluster's default queue)."),
@@ -302,6 +310,8 @@ def submit(
     s = _settings(config_file, broker, prefix, actor)
     who = _actor(s)
     checked(ClusterId, cluster, "--cluster")
+    if time_limit is not None and not (math.isfinite(time_limit) and 0 < time_limit <= 1e8):
+        fail(f"--time-limit {time_limit}: expected minutes, a positive number")
     if jobs_file is not None:
         if job is not None or nodes is not None:
             fail("give either --file or --job and --nodes, not both")
@@ -326,6 +336,7 @@ def submit(
                     ),
                     min_nodes_per_slice=min_nodes_per_slice,
                     queue=queue,
+                    time_limit=_minutes(time_limit, "--time-limit"),
                     expected_duration=_minutes(expected_duration, "--expected-duration"),
                 )
             ]

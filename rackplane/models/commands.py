@@ -104,6 +104,13 @@ class FailJob(CommandEnvelope):
     reason: Reason = ""
 
 
+class ExpireJob(CommandEnvelope):
+    """End a running job that ran past its time limit (from the `time_limits` policy)."""
+
+    type: Literal["ExpireJob"] = "ExpireJob"
+    job: JobId
+
+
 class ReportJobRuntime(CommandEnvelope):
     """The job's runtime says what it did to the job's processes to follow a decision (Slurm
     requeued the job, started it again on the new nodes, kept it running on fewer)."""
@@ -266,6 +273,7 @@ Command = Annotated[
     | StartJob
     | CompleteJob
     | FailJob
+    | ExpireJob
     | ReportJobRuntime
     | ReportDisruptionBudget
     | CordonNode

@@ -49,6 +49,9 @@ class JobSpec(BaseModel):
     checkpoint_interval: timedelta | None = None
     min_nodes_per_slice: int | None = Field(default=None, ge=1)
     expected_duration: timedelta | None = None
+    time_limit: timedelta | None = None
+    """The longest it may run (from its start; a requeue starts over): past it, it is ended
+    (`JobFailed`, reason `time_limit`). None: no limit."""
     queue: QueueName | None = None
     """The leaf queue it runs under (`PolicySettings.queues`); None takes the cluster's
     default queue. The spec in a `JobSubmitted` event has it resolved where queues are set."""
@@ -68,6 +71,8 @@ class JobSpec(BaseModel):
             raise ValueError("checkpoint_interval must be positive")
         if self.expected_duration is not None and self.expected_duration <= timedelta(0):
             raise ValueError("expected_duration must be positive")
+        if self.time_limit is not None and self.time_limit <= timedelta(0):
+            raise ValueError("time_limit must be positive")
         return self
 
     @property

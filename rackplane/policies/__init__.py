@@ -9,6 +9,7 @@ from rackplane.policies.quotas import QueueBook
 from rackplane.policies.reclaim import Reclaim, plan_reclaim
 from rackplane.policies.spare_swap import SpareSwap
 from rackplane.policies.tas import NaiveScheduler, TopologyAwareScheduler, schedule
+from rackplane.policies.time_limits import TimeLimits
 
 __all__ = [
     "PRESETS",
@@ -24,6 +25,7 @@ __all__ = [
     "Reclaim",
     "Rejected",
     "SpareSwap",
+    "TimeLimits",
     "TopologyAwareScheduler",
     "Unplaceable",
     "decide",

@@ -23,3 +23,10 @@ class Policy(Protocol):
     ) -> Sequence[Command]:
         """Commands this policy wants after `events` brought the cluster to `state`."""
         ...
+
+
+def due(policy: Policy, state: ClusterState) -> datetime | None:
+    """When `policy` wants to look at `state` again though no event comes (a time limit that
+    passes): its `due(state)` if it has one, else None (event-driven only)."""
+    ask = getattr(policy, "due", None)
+    return None if ask is None else ask(state)

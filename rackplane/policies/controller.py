@@ -34,6 +34,7 @@ from rackplane.models import (
     DisruptionBudgetReported,
     Event,
     EventEnvelope,
+    ExpireJob,
     FailJob,
     Health,
     JobBlocked,
@@ -196,6 +197,8 @@ def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
             _end_job(s, job, JobStatus.COMPLETED, out, JobCompleted)
         case FailJob(job=job, reason=reason):
             _end_job(s, job, JobStatus.FAILED, out, JobFailed, reason=reason)
+        case ExpireJob(job=job):
+            _end_job(s, job, JobStatus.FAILED, out, JobFailed, reason=_overdue(s, job, out.at))
         case ReportJobRuntime():
             _report_job_runtime(s, c, out)
         case ReportDisruptionBudget(job=job_id, allows=allows, budget=budget):
@@ -408,6 +411,24 @@ def _end_job(
     if final is not JobStatus.CANCELLED and not job.status.holds_nodes:
         chk.reject("invalid_state", f"job {job_id} is {job.status.value}; it has not run")
     out.emit(cls, job=job_id, released=job.nodes, **fields)
+
+
+def _overdue(s: ClusterState, job_id: JobId, now: datetime) -> str:
+    """Why `job_id` is ended for its time limit (`time_limit: ...`), or a rejection."""
+    if s.finished.get(job_id) is JobStatus.FAILED:
+        chk.ignore(f"job {job_id} is already failed")
+    job = chk.job_state(s, job_id)
+    limit, started = job.spec.time_limit, job.started_at
+    if limit is None:
+        chk.reject("invalid_state", f"job {job_id} has no time limit")
+    if job.status is not JobStatus.RUNNING or started is None:
+        chk.reject("invalid_state", f"job {job_id} is {job.status.value}, not running")
+    if now < started + limit:
+        chk.reject(
+            "invalid_state",
+            f"job {job_id} may run until {(started + limit).isoformat()} (time limit {limit})",
+        )
+    return f"time_limit: ran {now - started} since {started.isoformat()}, its limit is {limit}"
 
 
 def _report_node_health(s: ClusterState, c: ReportNodeHealth, out: Emitter) -> None:

@@ -15,6 +15,7 @@ from rackplane.policies.defrag import Defrag
 from rackplane.policies.reclaim import Reclaim
 from rackplane.policies.spare_swap import SpareSwap
 from rackplane.policies.tas import NaiveScheduler, TopologyAwareScheduler
+from rackplane.policies.time_limits import TimeLimits
 
 PRESETS = ("naive", "tas", "tas+spares", "tas+spares+defrag", "tas+spares+defrag+ntp")
 
@@ -44,13 +45,14 @@ def preset(name: str, base: PolicySettings | None = None) -> tuple[list[Policy],
         }
     )
     scheduler: Policy = NaiveScheduler() if name == "naive" else TopologyAwareScheduler()
-    policies: list[Policy] = [SpareSwap(), scheduler, Reclaim()]
+    policies: list[Policy] = [SpareSwap(), scheduler, Reclaim(), TimeLimits()]
     if "defrag" in parts:
         policies.append(Defrag())
     return policies, settings
 
 
 def default_policies() -> Sequence[Policy]:
-    """The production stack: spare_swap, tas, reclaim, defrag (NTP and defrag follow the
-    settings; reclaim acts only where queues are set)."""
-    return (SpareSwap(), TopologyAwareScheduler(), Reclaim(), Defrag())
+    """The production stack: spare_swap, tas, reclaim, defrag, time_limits (NTP and defrag
+    follow the settings; reclaim acts only where queues are set, time_limits on jobs with a
+    time limit)."""
+    return (SpareSwap(), TopologyAwareScheduler(), Reclaim(), Defrag(), TimeLimits())

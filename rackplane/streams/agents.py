@@ -13,6 +13,7 @@ id, and by event seq).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -35,7 +36,7 @@ from rackplane.models import (
     ReportRackHealth,
 )
 from rackplane.policies import decide, refuse_oversized
-from rackplane.policies.base import Policy
+from rackplane.policies.base import Policy, due
 from rackplane.policies.health import HealthClassifier
 from rackplane.projections import ClusterState, fold
 from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, decision_bytes
@@ -503,6 +504,30 @@ class PolicyRunner:
                 out.append((cluster.encode(), encode_command(self.sign(command))))
         await send_all(self.commands, out, what=f"{self.name}'s proposals")
 
+    async def tick(self) -> None:
+        """Offer each cluster's state again, with no events, where the policy is due
+        (`policies.base.due`: a time limit passed): no event marks such a moment. Proposal
+        ids are the state's, so two workers that tick on one cluster propose the same."""
+        if getattr(self.policy, "due", None) is None:
+            return
+        now = self.clock()
+        out: list[tuple[bytes, bytes]] = []
+        for cluster, state in list(self.replicas.states.items()):
+            if cluster in self.replicas.broken:
+                continue
+            when = due(self.policy, state)
+            if when is None or when > now:
+                continue
+            try:
+                proposals = self.policy.propose(state, [], now=now)
+            except Exception:
+                log.exception("policy %s failed on %s at seq %d", self.name, cluster, state.seq)
+                continue
+            for command in proposals:
+                if not self._in_flight(command):
+                    out.append((cluster.encode(), encode_command(self.sign(command))))
+        await send_all(self.commands, out, what=f"{self.name}'s proposals")
+
     def _settled(self, events: Sequence[Event]) -> None:
         done = {e.causation_id for e in events}
         if self.inflight and done:
@@ -516,6 +541,37 @@ class PolicyRunner:
             return True
         self.inflight[key] = (command.id, now)
         return False
+
+
+class Ticker:
+    """Calls each policy runner's `tick` every `every` seconds while the worker runs (a
+    `Loop` of the worker: started and stopped with the app)."""
+
+    def __init__(self, runners: Sequence[PolicyRunner], every: float = 1.0) -> None:
+        self.runners = [r for r in runners if getattr(r.policy, "due", None) is not None]
+        self.every = every
+        self.joined = asyncio.Event()
+        self.joined.set()  # nothing to join: it reads the runners' replicas
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.runners:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            for runner in self.runners:
+                try:
+                    await runner.tick()
+                except (KafkaError, Unavailable) as err:  # the next tick tries again
+                    log.warning("policy %s could not send its proposals: %s", runner.name, err)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 def subject(command: Command) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ and benchmarks build as many isolated apps as they need); `run_worker(config)` r
 | agent | reads | writes |
 |---|---|---|
 | controller | commands | events (the only writer), rejected |
-| spare_swap, tas, reclaim, defrag | events | commands |
+| spare_swap, tas, reclaim, defrag, time_limits | events | commands |
 | gpu_manager | telemetry (a plain consumer loop), events | commands, rejected |
 | projections | events | tables `occupancy`, `jobs`; rejected |
 | audit (when configured) | events, commands, rejected | the audit sink |
@@ -33,7 +33,7 @@ from faust.types import TP
 from rackplane.keyfiles import KeyFile, KeyFileError, load_key
 from rackplane.logtrust import LogTrust, LogTrustError
 from rackplane.models import Command
-from rackplane.policies import Defrag, Reclaim, SpareSwap, TopologyAwareScheduler
+from rackplane.policies import Defrag, Reclaim, SpareSwap, TimeLimits, TopologyAwareScheduler
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.policies.health import HealthClassifier
@@ -50,7 +50,7 @@ from rackplane.streams._fatal import guarded
 from rackplane.streams._following import Follower, FollowerCatchUp
 from rackplane.streams._latency import TimedAppender
 from rackplane.streams._views import Answer, ClusterViews, LogReads, Unread
-from rackplane.streams.agents import Controller, GpuManager, PolicyRunner
+from rackplane.streams.agents import Controller, GpuManager, PolicyRunner, Ticker
 from rackplane.streams.audit import AuditSink, JsonlAuditSink
 from rackplane.streams.audit_agent import AuditAgent, audit_loop
 from rackplane.streams.config import StreamConfig
@@ -70,6 +70,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "tas": TopologyAwareScheduler,
     "reclaim": Reclaim,
     "defrag": Defrag,
+    "time_limits": TimeLimits,
 }
 BATCH = 500
 # Seconds a batch waits to fill. The controller answers fast; policies and projections take a
@@ -257,8 +258,10 @@ def create_app(
 
         await guarded("controller", body)
 
+    runners = []
     for name in config.policies:
         runner = PolicyRunner(POLICIES[name](), replica(), commands_out, sign=sign)
+        runners.append(runner)
         app.agent(events, name=name)(
             _policy_agent(name, follower(name, runner.process, runner.replicas))
         )
@@ -277,6 +280,7 @@ def create_app(
             ready=lambda: health.ready,
             committed=lambda p: _committed(app, events_topic, p),
         ),
+        Ticker(runners),
     ]
     if config.gpu_manager:
         manager = GpuManager(

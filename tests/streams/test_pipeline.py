@@ -240,3 +240,21 @@ async def test_the_audit_sink_records_commands_events_and_rejections_in_order(
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert command.id in [x["id"] for x in commands]
     assert "Invalid JSON" in str(rejections[0]["reason"])
+
+
+async def test_a_job_past_its_time_limit_is_ended_by_the_workers_tick(pipeline: Pipeline) -> None:
+    from datetime import timedelta
+
+    from rackplane.models import JobFailed, StartJob
+
+    c = new_cluster()
+    await pipeline.register(c)
+    await pipeline.send(submit(pipeline, c, "short", 4, time_limit=timedelta(seconds=2)))
+    await pipeline.events(c, lambda es: any(isinstance(e, JobPlaced) for e in es))
+    await pipeline.send(StartJob(id=pipeline.command_id("start"), cluster=c, actor="user:test",
+                                 job="short"))  # fmt: skip
+    events = await pipeline.events(c, lambda es: any(isinstance(e, JobFailed) for e in es))
+    (failed,) = [e for e in events if isinstance(e, JobFailed)]
+    started = next(e for e in events if e.type == "JobStarted")
+    assert failed.reason.startswith("time_limit: ran ") and failed.actor == "policy:time_limits"
+    assert failed.at - started.at >= timedelta(seconds=2)

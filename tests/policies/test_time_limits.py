@@ -1,0 +1,76 @@
+"""Time limits: a job that runs past its limit is ended (`JobFailed`, reason `time_limit`).
+
+Two racks of 18 nodes, 2 spares each; jobs of one slice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from rackplane.engine import Engine
+from rackplane.models import (
+    CommandRejected,
+    ExpireJob,
+    JobFailed,
+    PolicySettings,
+    RegisterTopology,
+    StartJob,
+    SubmitJob,
+)
+from rackplane.policies import preset
+from tests.builders import CLUSTER, T0, cmd, job, rack, topology
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def cluster() -> tuple[Engine, Clock]:
+    clock = Clock()
+    policies, settings = preset("tas+spares+defrag", PolicySettings(slice_size=8))
+    engine = Engine(CLUSTER, clock=clock, policies=policies)
+    engine.handle(cmd(RegisterTopology, topology=topology(rack("r01"), rack("r02")),
+                      settings=settings))  # fmt: skip
+    return engine, clock
+
+
+def test_a_job_past_its_time_limit_is_ended_and_its_nodes_go_to_the_next() -> None:
+    engine, clock = cluster()
+    engine.handle(cmd(SubmitJob, job=job("short", 16, time_limit=timedelta(hours=2))))
+    engine.handle(cmd(SubmitJob, job=job("next", 32)))  # waits for the nodes
+    engine.handle(cmd(StartJob, job="short"))
+    assert engine.next_due() == T0 + timedelta(hours=2)
+    clock.now = T0 + timedelta(hours=1, minutes=59)
+    assert engine.wake() == []  # not yet
+    clock.now = T0 + timedelta(hours=2)
+    events = engine.wake()
+    (failed,) = [e for e in events if isinstance(e, JobFailed)]
+    assert failed.job == "short" and failed.reason.startswith("time_limit: ran 2:00:00")
+    assert engine.state.status_of("short").value == "failed"  # type: ignore[union-attr]
+    assert engine.state.jobs["next"].status.value == "placed"
+    assert engine.next_due() is None
+
+
+def test_the_limit_counts_from_the_start_not_the_submission() -> None:
+    engine, clock = cluster()
+    engine.handle(cmd(SubmitJob, job=job("j", 8, time_limit=timedelta(minutes=30))))
+    assert engine.next_due() is None  # placed, not started: no clock runs
+    clock.now = T0 + timedelta(hours=5)
+    engine.handle(cmd(StartJob, job="j"))
+    assert engine.next_due() == T0 + timedelta(hours=5, minutes=30)
+
+
+def test_the_controller_refuses_to_end_a_job_before_its_limit() -> None:
+    engine, clock = cluster()
+    engine.handle(cmd(SubmitJob, job=job("j", 8, time_limit=timedelta(minutes=30))))
+    engine.handle(cmd(StartJob, job="j"))
+    clock.now = T0 + timedelta(minutes=29)
+    (rejected,) = engine.handle(cmd(ExpireJob, job="j", actor="policy:time_limits"))
+    assert isinstance(rejected, CommandRejected) and rejected.code == "invalid_state"
+    assert "time limit 0:30:00" in rejected.reason
+    (rejected,) = engine.handle(cmd(ExpireJob, job="nope", actor="policy:time_limits"))
+    assert isinstance(rejected, CommandRejected) and rejected.code == "unknown_job"
