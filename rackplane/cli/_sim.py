@@ -6,7 +6,7 @@ Agg backend). `register(app)` adds the three commands to a Typer app.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,7 +19,7 @@ from rackplane.cli._defaults import DEFAULT_SLICE_SIZES, PRESETS
 from rackplane.cli._render import console, fail, print_json
 
 if TYPE_CHECKING:
-    from rackplane.sim import CapacityReport, SimReport
+    from rackplane.sim import CapacityReport, PolicyMetrics, QueueMetrics, SimReport
 
 _stderr = Console(stderr=True)
 _DEFAULT_SWEEP = "0:0.1:0.0025"
@@ -341,31 +341,45 @@ def simulate_command(
     )
     console.print(_policies_table(report))
     console.print(_waits_table(report))
+    for m in report.policies:
+        if m.queues:
+            console.print(_queues_table(m))
     if plot is not None:
         console.print(f"plot written to {plot}")
+
+
+def _side_by_side(
+    title: str, first: str, columns: Sequence[str], *, caption: str | None = None
+) -> Table:
+    """A table with a label column `first` and one right-aligned column per name."""
+    t = Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        header_style="bold",
+    )
+    t.add_column(first)
+    for name in columns:
+        t.add_column(name, justify="right", overflow="fold")
+    return t
 
 
 def _policies_table(report: SimReport) -> Table:
     from rackplane.sim import COLUMNS, format_value
 
-    t = Table(title="Policies side by side", title_justify="left", header_style="bold")
-    t.add_column("metric")
-    for m in report.policies:
-        t.add_column(m.policy, justify="right", overflow="fold")
+    t = _side_by_side("Policies side by side", "metric", [m.policy for m in report.policies])
     for key, label, kind in COLUMNS:
         t.add_row(label, *(format_value(getattr(m, key), kind) for m in report.policies))
     return t
 
 
 def _waits_table(report: SimReport) -> Table:
-    t = Table(
-        title="Queueing delay (hours): p50 / p99 per job class",
-        title_justify="left",
-        header_style="bold",
+    t = _side_by_side(
+        "Queueing delay (hours): p50 / p99 per job class",
+        "class",
+        [m.policy for m in report.policies],
     )
-    t.add_column("class")
-    for m in report.policies:
-        t.add_column(m.policy, justify="right", overflow="fold")
     classes = sorted({c for m in report.policies for c in m.queue_wait_hours})
     for c in classes:
         cells = []
@@ -373,6 +387,47 @@ def _waits_table(report: SimReport) -> Table:
             w = m.queue_wait_hours.get(c)
             cells.append("-" if w is None else f"{w.p50_hours:,.1f} / {w.p99_hours:,.1f}")
         t.add_row(c, *cells)
+    return t
+
+
+def _queues_table(m: PolicyMetrics) -> Table:
+    """Queues side by side (columns), their figures as rows; Jain's index in the title."""
+    jain = "-" if m.jain_index is None else f"{m.jain_index:.3f}"
+    t = _side_by_side(
+        f"Queues ({m.policy}): Jain's fairness index {jain}",
+        "queue",
+        [q.queue for q in m.queues],
+        caption=(
+            "Jain's index over x = held / nominal: J = (sum x)^2 / (n sum x^2); "
+            "1: every queue used the same share of its quota, 1/n: one queue used it all"
+        ),
+    )
+
+    def pct(x: float | None, digits: int = 0) -> str:
+        return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+    def hours(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.1f}"
+
+    rows: tuple[tuple[str, Callable[[QueueMetrics], str]], ...] = (
+        ("parent", lambda q: q.parent or "-"),
+        ("nominal nodes", lambda q: f"{q.nominal_nodes:,}"),
+        ("held nodes (mean)", lambda q: f"{q.held_nodes_mean:,.1f}"),
+        ("held / nominal", lambda q: pct(q.quota_utilisation)),
+        ("held / cluster", lambda q: pct(q.cluster_share, 1)),
+        ("time borrowing", lambda q: pct(q.borrowing_fraction)),
+        ("jobs submitted", lambda q: f"{q.jobs_submitted:,}"),
+        ("jobs placed", lambda q: f"{q.jobs_placed:,}"),
+        ("jobs finished", lambda q: f"{q.jobs_finished:,}"),
+        ("wait, mean (h)", lambda q: hours(q.wait_hours_mean)),
+        ("wait, p95 (h)", lambda q: hours(q.wait_hours_p95)),
+        *(
+            (f"preempted: {cause}", lambda q, c=cause: f"{q.preemptions.get(c, 0):,}")
+            for cause in ("reclaim", "priority", "defrag")
+        ),
+    )
+    for label, cell in rows:
+        t.add_row(label, *(cell(q) for q in m.queues))
     return t
 
 

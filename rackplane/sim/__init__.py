@@ -37,7 +37,15 @@ from rackplane.sim.failures import (
 )
 from rackplane.sim.recovery import RecoveryModel
 from rackplane.sim.reliability import ReliabilityReport, reliability
-from rackplane.sim.report import COLUMNS, PolicyMetrics, SimReport, WaitStats, format_value
+from rackplane.sim.report import (
+    COLUMNS,
+    PolicyMetrics,
+    QueueMetrics,
+    SimReport,
+    WaitStats,
+    format_value,
+    jain_index,
+)
 from rackplane.sim.scenario import (
     MAX_DAYS,
     CostModel,
@@ -48,6 +56,7 @@ from rackplane.sim.scenario import (
     ScenarioError,
     build_scenario,
     check_days,
+    check_queues,
     load_scenario,
 )
 from rackplane.sim.simulator import Simulation, VirtualClock, compare, simulate
@@ -83,6 +92,7 @@ __all__ = [
     "Lognormal",
     "NodeRange",
     "PolicyMetrics",
+    "QueueMetrics",
     "RecoveryModel",
     "ReliabilityReport",
     "RootCause",
@@ -102,11 +112,13 @@ __all__ = [
     "build_scenario",
     "capacity_report",
     "check_days",
+    "check_queues",
     "compare",
     "expected_unavailability",
     "failure_schedule",
     "format_value",
     "generate_arrivals",
+    "jain_index",
     "load_scenario",
     "mean_repair_hours",
     "monte_carlo_usable",

@@ -158,7 +158,7 @@ class Collector:
         multi = [r for r in runs.values() if r.arrival.spec.nodes > 1]
         placed_multi = [r for r in multi if r.first_placed_at is not None]
         waits = _waits(runs.values(), end)
-        hero = [_wait(r, end) for r in runs.values() if r.arrival.hero]
+        hero = [wait_hours(r, end) for r in runs.values() if r.arrival.hero]
         n = max(self.samples, 1)
         c = self.counts
         return PolicyMetrics(
@@ -215,7 +215,7 @@ class Collector:
         )
 
 
-def _wait(run: JobRun, end: datetime) -> float:
+def wait_hours(run: JobRun, end: datetime) -> float:
     """Hours from submission to first placement (to `end` for a job still waiting)."""
     return ((run.first_placed_at or end) - run.arrival.at).total_seconds() / _HOUR
 
@@ -224,7 +224,7 @@ def _waits(runs: Iterable[JobRun], end: datetime) -> dict[str, WaitStats]:
     by_class: dict[str, list[tuple[float, bool]]] = {}
     for r in runs:
         by_class.setdefault(r.arrival.job_class, []).append(
-            (_wait(r, end), r.first_placed_at is None)
+            (wait_hours(r, end), r.first_placed_at is None)
         )
     out = {}
     for name in sorted(by_class):

@@ -33,10 +33,22 @@ events everything that happened in it):
   that produced nothing kept, and the price of one useful GPU-hour (the cluster's cost over
   its useful GPU-hours; on a cluster with idle GPUs the idle ones dominate it, and policies
   differ by tenths of a cent: `cost_usd_lost` separates them).
+- `queues` (a shared cluster: `policy.queues` set), per leaf queue: its nominal quota; the
+  nodes it held on average (time-weighted, exact between commands), over its nominal and over
+  the cluster's nodes; the share of the time it held more than its nominal (borrowing); its
+  jobs submitted, placed at least once and finished; the wait from submission to first
+  placement (mean and p95; a job still waiting counts with its wait so far); its jobs'
+  preemptions by cause (`reclaim`, `priority`, `defrag`, ...).
+- `jain_index`: Jain's fairness index over the leaf queues' x = mean nodes held / nominal,
+  J = (sum x)^2 / (n * sum x^2): 1 when every queue used the same fraction of its quota,
+  1/n when one queue had all the use; queues of nominal 0 are left out, and it is None when
+  no queue held anything. It measures how evenly quotas were used, not unmet demand: read it
+  with the waits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -52,6 +64,39 @@ class WaitStats(BaseModel):
     mean_hours: float
     p50_hours: float
     p99_hours: float
+
+
+class QueueMetrics(BaseModel):
+    """What one leaf queue got in a run (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue: str
+    parent: str | None
+    nominal_nodes: int
+    held_nodes_mean: float
+    quota_utilisation: float | None
+    """Mean nodes held over the nominal (None for a nominal of 0); above 1: it borrowed."""
+    cluster_share: float
+    """Mean nodes held over the cluster's nodes."""
+    borrowing_fraction: float
+    """Share of the measured time it held more than its nominal."""
+    jobs_submitted: int
+    jobs_placed: int
+    jobs_finished: int
+    wait_hours_mean: float | None
+    wait_hours_p95: float | None
+    preemptions: dict[str, int]
+    """Preemptions its jobs suffered, by cause."""
+
+
+def jain_index(xs: Sequence[float]) -> float | None:
+    """Jain's fairness index of `xs`: (sum x)^2 / (n * sum x^2), in [1/n, 1]; None for no
+    values or all zero. 1 when all are equal; 1/n when one has everything."""
+    square = sum(x * x for x in xs)
+    if not xs or square == 0:
+        return None
+    return sum(xs) ** 2 / (len(xs) * square)
 
 
 class PolicyMetrics(BaseModel):
@@ -107,6 +152,10 @@ class PolicyMetrics(BaseModel):
     """Commands of the simulated runtime that were rejected (0 unless something is wrong)."""
     events: int
     commands: int
+    queues: tuple[QueueMetrics, ...] = ()
+    """Per leaf queue, in tree order; empty without queues."""
+    jain_index: float | None = None
+    """Jain's fairness index over the queues' mean held / nominal (module docstring)."""
 
 
 class SimReport(BaseModel):

@@ -8,6 +8,10 @@ A scenario file (YAML)::
     policy: {slice_size: 16, spares_per_rack: 2}   # base settings; presets override
                                    # rack_local_slices, spares_per_rack (0 without "spares"),
                                    # defrag_enabled and ntp_allowed
+    # policy: {queues: [{name: research}, {name: rl, parent: research, nominal_nodes: 320,
+    #          borrowing_limit: 160}], default_queue: rl, fair_share_half_life: P7D}
+    #                              # a shared cluster: the queue tree (`models/queues.py`);
+    #                              # a workload class or job names its leaf queue (`queue`)
     policies: [tas+spares+defrag+ntp]   # what `simulate` runs without --policy/--compare
     days: 30
     seed: 1
@@ -175,6 +179,9 @@ def build_scenario(
         settings = PolicySettings.model_validate({**base, **doc.policy})
     except ValidationError as err:
         raise ScenarioError(f"policy: {_first(err)}") from None
+    why = check_queues(settings, doc.workload)
+    if why is not None:
+        raise ScenarioError(why)
     return Scenario(
         name=doc.name or name,
         description=doc.description,
@@ -208,6 +215,42 @@ def check_days(days: float, *, start: datetime, warmup_days: float) -> None:
         raise ScenarioError(
             f"a {days:g}-day run from {start:%Y-%m-%d} would end after the year 9999"
         ) from None
+
+
+def check_queues(settings: PolicySettings, workload: Workload) -> str | None:
+    """Why a workload's jobs would be refused at submission for their queue, or None: a class
+    or a job names a queue that is not a leaf of `settings.queues` (or any queue where none
+    are set), names none where queues are set without a default queue, or has a kind its
+    queue does not run."""
+    specs = {q.name: q for q in settings.queues}
+    parents = {q.parent for q in settings.queues}
+    leaves = [name for name in specs if name not in parents]
+    named = [
+        (f"workload.classes[{i}] ({c.name})", c.queue, c.kind)
+        for i, c in enumerate(workload.classes)
+    ]
+    named += [(f"workload.jobs[{i}]", j.queue, j.kind) for i, j in enumerate(workload.jobs)]
+    for where, named_queue, kind in named:
+        queue = named_queue or settings.default_queue
+        if queue is None:
+            if specs:
+                return (
+                    f"{where}: names no queue and policy.default_queue is not set; "
+                    f"name one of {', '.join(leaves)}"
+                )
+            continue
+        if not specs:
+            return f"{where}: queue {queue!r}: policy.queues is empty (set the queue tree)"
+        if queue not in specs:
+            return f"{where}: queue {queue!r} is not in policy.queues (leaves: {', '.join(leaves)})"
+        if queue in parents:
+            return (
+                f"{where}: queue {queue!r} has child queues: jobs go to a leaf "
+                f"({', '.join(leaves)})"
+            )
+        if kind not in specs[queue].kinds:
+            return f"{where}: queue {queue!r} does not run {kind.value} jobs"
+    return None
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -22,7 +22,9 @@ Theory of operation:
    changes its pace. A pending start or completion that no longer holds is cancelled lazily:
    every job has a version, bumped on each change, and an action whose version is stale is
    dropped when popped.
-5. At the end, every job's account is closed and the metrics computed (`report`).
+5. At the end, every job's account is closed and the metrics computed (`report`); on a
+   shared cluster (queues set) also per queue: holdings integrated after every command,
+   waits, preemptions by cause, and Jain's index over the queues (`_queues`).
 
 Nothing here reads a clock or draws unseeded randomness: the same scenario, policy and seed
 give the same metrics.
@@ -70,6 +72,7 @@ from rackplane.models import (
 from rackplane.policies import preset
 from rackplane.projections import ClusterState
 from rackplane.sim._metrics import Collector
+from rackplane.sim._queues import QueueCollector
 from rackplane.sim._runtime import JobRun
 from rackplane.sim.failures import Failure, expected_unavailability, failure_schedule
 from rackplane.sim.report import PolicyMetrics, SimReport
@@ -164,6 +167,9 @@ class Simulation:
         self.startup = timedelta(minutes=scenario.runtime.startup_minutes)
         self.sample_every = timedelta(minutes=scenario.runtime.sample_minutes)
         self.collector: Collector | None = None
+        self.queues: QueueCollector | None = None
+        if self.settings.queues:
+            self.queues = QueueCollector(self.settings, topology.node_count)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -214,13 +220,17 @@ class Simulation:
                 break
             self.clock.now = at
             self._dispatch(kind, key, version)
-        return self.collector.finish(
+        metrics = self.collector.finish(
             self.engine.state,
             self.runs,
             start=self.measure_from,
             end=self.end,
             gpu_hour_usd=s.cost.gpu_hour_usd,
         )
+        if self.queues is None:
+            return metrics
+        queues, jain = self.queues.finish(self.runs, start=self.measure_from, end=self.end)
+        return metrics.model_copy(update={"queues": queues, "jain_index": jain})
 
     def _push(self, at: datetime, kind: int, key: Any, version: int = 0) -> None:
         heapq.heappush(self.heap, (at, next(self.order), kind, key, version))
@@ -259,6 +269,8 @@ class Simulation:
         elif kind == _MEASURE:
             assert self.collector is not None
             self.collector.measure(self.clock.now, self.runs)
+            if self.queues is not None:
+                self.queues.measure(self.clock.now, state)
             self._dispatch(_SAMPLE, None, 0)
 
     def _current(self, job: JobId, version: int) -> bool:
@@ -279,6 +291,8 @@ class Simulation:
         self._react(events)
         if self.collector is not None:
             self.collector.observe(events, runtime_actors=_ACTORS)
+        if self.queues is not None:
+            self.queues.observe(self.clock.now, self.engine.state, events)
         if self.observer is not None:
             self.observer(self.engine.state, events)
         return events

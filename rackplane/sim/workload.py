@@ -20,8 +20,11 @@ A trace CSV has one job per row, with a header naming the columns:
 | `class` | the class its metrics are reported under | no (by size) |
 | `slice_size` | nodes per slice | no (the cluster's) |
 | `min_nodes_per_slice` | allows degraded running (NTP) down to this | no |
+| `queue` | the leaf queue it is submitted to (`policy.queues`) | no (the default queue) |
 
-Lines starting with `#` are comments. The same fields make an inline `jobs:` list.
+Lines starting with `#` are comments. The same fields make an inline `jobs:` list. A class
+or a job may name the leaf queue of the cluster's queue tree its jobs go to (`queue`), so
+several teams share one cluster; `scenario` checks that the tree has it.
 Arrivals are drawn from `random.Random(f"{seed}:workload")`: the same for every policy.
 """
 
@@ -37,7 +40,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rackplane.models import DEFAULT_SLICE_SIZE, JobKind, JobSpec
+from rackplane.models import DEFAULT_SLICE_SIZE, JobKind, JobSpec, QueueName
 
 HERO_NODES = 64
 """Jobs of at least this many nodes are reported as hero runs when no class says."""
@@ -92,6 +95,8 @@ class JobClass(BaseModel):
     start_hours: float = Field(default=0.0, ge=0)
     """No arrivals before this."""
     max_jobs: int | None = Field(default=None, ge=0)
+    queue: QueueName | None = None
+    """The leaf queue its jobs are submitted to (None: the cluster's default queue)."""
 
 
 class TraceJob(BaseModel):
@@ -109,6 +114,7 @@ class TraceJob(BaseModel):
     slice_size: int | None = Field(default=None, ge=1)
     min_nodes_per_slice: int | None = Field(default=None, ge=1)
     name: str = ""
+    queue: QueueName | None = None
 
 
 DEFAULT_CLASSES: tuple[JobClass, ...] = (
@@ -296,6 +302,7 @@ def generate_arrivals(
                 checkpoint_interval=_checkpoint(c.checkpoint_minutes),
                 min_nodes_per_slice=_floor(c.min_nodes_per_slice, c.slice_size or slice_size, size),
                 expected_duration=timedelta(hours=hours),
+                queue=c.queue,
             )
             hero = c.hero if c.hero is not None else c.name == "hero"
             drafts.append((t, c_index, Arrival(t, spec, timedelta(hours=hours), c.name, hero)))
@@ -317,6 +324,7 @@ def generate_arrivals(
             checkpoint_interval=_checkpoint(job.checkpoint_minutes),
             min_nodes_per_slice=_floor(job.min_nodes_per_slice, job.slice_size or slice_size, size),
             expected_duration=timedelta(hours=job.duration_hours),
+            queue=job.queue,
         )
         hero = name == "hero"
         work = timedelta(hours=job.duration_hours)
