@@ -129,21 +129,24 @@ def queue_trees(draw: st.DrawFn) -> tuple[tuple[QueueSpec, ...], str | None]:
     return tuple(queues), default
 
 
-@st.composite
-def policy_settings(draw: st.DrawFn) -> PolicySettings:
+def policy_settings() -> st.SearchStrategy[PolicySettings]:
     """Settings with every field drawn, the queue tree valid."""
     fields = {
         name: _for(info.annotation, list(info.metadata))
         for name, info in PolicySettings.model_fields.items()
         if name not in ("queues", "default_queue")
     }
-    queues, default = draw(queue_trees())
-    return draw(st.builds(PolicySettings, queues=st.just(queues),
-                          default_queue=st.just(default), **fields))  # fmt: skip
+
+    def build(tree: tuple[tuple[QueueSpec, ...], str | None]) -> st.SearchStrategy[Any]:
+        queues, default = tree
+        return st.builds(PolicySettings, queues=st.just(queues),
+                         default_queue=st.just(default), **fields)  # fmt: skip
+
+    return queue_trees().flatmap(build)
 
 
 _SPECIAL: dict[Any, st.SearchStrategy[Any]] = {
-    PolicySettings: policy_settings(),
+    PolicySettings: st.deferred(policy_settings),
     Topology: topologies(),
     JobSpec: job_specs(),
     TrustedKey: trusted_keys(),

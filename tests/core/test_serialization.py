@@ -12,7 +12,7 @@ from tests.strategies import COMMAND_TYPES, EVENT_TYPES, from_model
 
 
 def test_the_unions_cover_every_command_and_event_type() -> None:
-    assert len(COMMAND_TYPES) == 23
+    assert len(COMMAND_TYPES) == 24
     assert len(EVENT_TYPES) == 27
 
 
