@@ -47,7 +47,7 @@ def tui(
     prefix: Annotated[str | None, typer.Option(help="Topic prefix.")] = None,
     actor: Annotated[str | None, typer.Option(help="Who acts (default operator:$USER).")] = None,
 ) -> None:
-    """Open the operator console: cluster, jobs, events, alerts; actions; time travel (--db).
+    """Open the operator console: cluster, jobs, events, alerts, queues; actions; time travel.
 
     Broker, prefix, Kafka security and actor come from the settings (config file < RACKPLANE_*
     < flags; docs/CONFIG.md), like every client command's."""

@@ -53,10 +53,7 @@ class JobsPane(Vertical):
     @property
     def selected_job(self) -> str | None:
         """The job under the table's cursor."""
-        table = self.query_one(DataTable)
-        if table.row_count == 0:
-            return None
-        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        return cursor_key(self.query_one(DataTable))
 
     def show(self, rows: list[JobRow]) -> None:
         """Replace the rows (kept sorted and filtered; the cursor stays on its job)."""
@@ -87,6 +84,13 @@ class JobsPane(Vertical):
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         self.sort_by(event.column_index)
+
+
+def cursor_key(table: DataTable[Text | str] | DataTable[str]) -> str | None:
+    """The key of the row under a table's cursor (None when the table is empty)."""
+    if table.row_count == 0:
+        return None
+    return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
 
 
 def parse_filter(text: str) -> tuple[dict[str, str], list[str]]:

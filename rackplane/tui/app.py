@@ -1,4 +1,5 @@
-"""The operator console: cluster, jobs, events and alerts views over a timeline, and actions.
+"""The operator console: cluster, jobs, events, alerts and queues views over a timeline, and
+actions.
 
 Attributes down, messages up: the app owns the timeline and the shown position, folds the
 state there and hands it to the views; the views post what the operator chose. The source
@@ -23,6 +24,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from rackplane.models import Command, Event, Rejection
+from rackplane.policies.quotas import queue_rows
 from rackplane.projections import ClusterState
 from rackplane.tui._actions import ActionsApp
 from rackplane.tui._alerts import AlertSettings, alerts
@@ -32,6 +34,7 @@ from rackplane.tui._detail import rack_detail
 from rackplane.tui._dialogs import DetailScreen, GotoScreen
 from rackplane.tui._jobs import job_rows, lost_gpu_hours
 from rackplane.tui._lines import RETRY_S, banner, legend, nothing_notable, summary
+from rackplane.tui._queues import QueuesPane, queue_detail
 from rackplane.tui._tables import EventsPane, FilterChanged, JobsPane, fill_alerts
 from rackplane.tui._timeline import Timeline
 from rackplane.tui.sources import Source, SourceError
@@ -48,6 +51,7 @@ VIEW_FOCUS = {
     "jobs": "#jobs-table",
     "events": "#events-table",
     "alerts": "#alerts-table",
+    "queues": "#queues-table",
 }
 """What takes the keys when a view is shown. Textual hands the focus of a widget being hidden
 to a sibling that is displayed itself, even inside a hidden pane (the jobs filter), and the
@@ -66,6 +70,7 @@ class ConsoleApp(ActionsApp):
         Binding("2", "view('jobs')", "jobs"),
         Binding("3", "view('events')", "events"),
         Binding("4", "view('alerts')", "alerts"),
+        Binding("5", "view('queues')", "queues"),
         Binding("c", "cordon", "cordon"),
         Binding("u", "uncordon", "uncordon"),
         Binding("f", "rack_fault", "rack fault"),
@@ -130,6 +135,8 @@ class ConsoleApp(ActionsApp):
                 table: DataTable[Text | str] = DataTable(cursor_type="row", id="alerts-table")
                 table.add_columns("severity", "alert", "subject", "what", "since")
                 yield table
+            with TabPane("Queues", id="queues"):
+                yield QueuesPane(id="queues-pane")
         yield Static(id="scrubber")
         yield Footer()
 
@@ -218,6 +225,8 @@ class ConsoleApp(ActionsApp):
             self.main.query_one(JobsPane).show(job_rows(state, lost_gpu_hours(events)))
         elif tabs.active == "events":
             self.main.query_one(EventsPane).show(events, state)
+        elif tabs.active == "queues":
+            self.main.query_one(QueuesPane).show(queue_rows(state), state.cluster)
         self._show_status(state)
 
     @staticmethod
@@ -350,6 +359,13 @@ class ConsoleApp(ActionsApp):
             return
         body = rack_detail(state, message.rack, self.shown_events, message.node)
         self.push_screen(DetailScreen(f"rack {message.rack} (node {message.node})", body))
+
+    def on_queues_pane_queue_selected(self, message: QueuesPane.QueueSelected) -> None:
+        state = self.state
+        if state is None:
+            return
+        body = queue_detail(state, message.queue, self.shown_events)
+        self.push_screen(DetailScreen(f"queue {message.queue}", body))
 
 
 def console_css() -> Path:

@@ -6,7 +6,8 @@ out of spares); jobs finish so free nodes scatter; a 16-node job arrives (Auto D
 when needed), a low-priority 32-node job stays blocked by topology and a huge one by capacity;
 in the last hour a node degrades, two are cordoned, a rack spends both spares on swaps, a node
 flaps, and an operator's bad command is rejected. Same seed, same events (any hash seed).
-`demo_source` goes on from there: the operator's commands go through the same engine.
+`demo_source` adds queues (`_share`: a small quota tree, a few jobs in it, one borrowing, some
+waiting) and goes on from there: the operator's commands go through the same engine.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from rackplane.models import (
     CancelJob,
     Command,
     CompleteJob,
+    ConfigurePolicy,
     CordonNode,
     Event,
     Health,
     JobKind,
     JobSpec,
     PolicySettings,
+    QueueSpec,
     Rack,
     RegisterTopology,
     RepairNode,
@@ -106,6 +109,7 @@ def demo_source(
             end at the wall clock's pace.
     """
     s = _told(racks, seed, defrag=True)
+    _share(s)
     if clock is None:
         end, started = s.now, time.monotonic()
 
@@ -168,3 +172,39 @@ def _told(racks: int, seed: int, defrag: bool) -> _Story:
     s.now += timedelta(minutes=15)
     s.send(CordonNode, node=free[1], reason="firmware update")
     return s
+
+
+DEMO_QUEUES = (
+    QueueSpec(name="research"),
+    QueueSpec(name="pretrain", parent="research", nominal_nodes=8),
+    QueueSpec(name="rl", parent="research", nominal_nodes=4, borrowing_limit=4),
+    QueueSpec(name="prod"),
+    QueueSpec(name="serving", parent="prod", nominal_nodes=4, lending_limit=2, weight=2,
+              kinds=(JobKind.INFERENCE,)),
+)  # fmt: skip
+"""The demo's queue tree (in nodes): the story's jobs stay outside it (they name no queue);
+new ones, the console's submissions too, go to `rl` unless they name a queue."""
+
+
+def _share(s: _Story) -> None:
+    """Set the queues and submit a few jobs into them: on 16 racks pretrain borrows 4 nodes
+    above its quota, rl waits for room, and jobs past a borrowing limit wait for quota."""
+    settings = s.engine.state.settings
+    s.send(ConfigurePolicy, settings=settings.model_copy(
+        update={"queues": DEMO_QUEUES, "default_queue": "rl"}))  # fmt: skip
+    ckpt = timedelta(minutes=30)
+    for spec in (
+        JobSpec(id="pt-a", nodes=8, slice_size=2, priority=4, queue="pretrain",
+                checkpoint_interval=ckpt),
+        JobSpec(id="pt-b", nodes=4, slice_size=2, priority=4, queue="pretrain",
+                checkpoint_interval=ckpt),
+        JobSpec(id="rl-a", nodes=4, slice_size=2, priority=2, queue="rl",
+                checkpoint_interval=ckpt),
+        JobSpec(id="rl-b", nodes=8, slice_size=2, priority=2, queue="rl",
+                checkpoint_interval=ckpt),
+        JobSpec(id="serve-q", nodes=2, slice_size=2, kind=JobKind.INFERENCE, priority=8,
+                queue="serving"),
+        JobSpec(id="pt-big", nodes=32, priority=3, queue="pretrain", checkpoint_interval=ckpt),
+    ):  # fmt: skip
+        s.send(SubmitJob, actor=f"user:{spec.queue}", job=spec)
+    s.start_placed()
