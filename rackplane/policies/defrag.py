@@ -55,6 +55,7 @@ from rackplane.policies.placement import (
     choose_racks,
     find_placement,
 )
+from rackplane.policies.reclaim import next_plan
 from rackplane.projections.state import ClusterState, JobState, restart_cost
 
 MAX_TRIES = 128
@@ -414,6 +415,10 @@ class Defrag:
         # the head is newly blocked (full budget) or room may have come back (retry).
         if job.id not in wanted and not retry:
             return []
+        if state.settings.queues:
+            claimed = next_plan(state, now=now)
+            if claimed is not None and claimed.job == job.id:
+                return []  # reclaim takes this one: its plan, not a second
         tries = MAX_TRIES if job.id in wanted else RETRY_TRIES
         plan = plan_defrag(state, job.id, now=now, max_tries=tries)
         if plan is not None and plan.victims:

@@ -95,24 +95,31 @@ class Reclaim:
         fresh = any(isinstance(e, JobBlocked) for e in events)
         if not fresh and not any(e.type in TRIGGERS for e in events):
             return []
-        book = QueueBook.of(state)
-        assert book is not None
-        holders = set(state.reservations.values())
-        waiting = sorted(
-            (j for j in state.jobs.values() if _owed(book, j) and j.id not in holders),
-            key=lambda j: j.queue_key,
-        )
-        for job in waiting[:1]:  # the head of the owed line, or nobody
-            plan = None
-            queue = job.spec.queue or ""
-            assert job.blocked is not None
-            if job.blocked.reason != "quota" and book.guaranteed(queue, job.spec.nodes):
-                plan = plan_reclaim(state, book, job, now=now)
-            if plan is None and book.specs[queue].preempt_lower_priority:
-                plan = plan_priority(state, book, job, now=now)
-            if plan is not None:
-                return proposals(state, plan, self.name)
-        return []
+        plan = next_plan(state, now=now)
+        return [] if plan is None else proposals(state, plan, self.name)
+
+
+def next_plan(state: ClusterState, *, now: datetime) -> ReclaimPlan | None:
+    """The plan for the head of the line of jobs owed nodes, or None. Auto Defrag asks it too:
+    it leaves a job this would plan for to reclaim (two plans for one job would both preempt)."""
+    book = QueueBook.of(state)
+    if book is None or state.index is None:
+        return None
+    holders = set(state.reservations.values())
+    waiting = sorted(
+        (j for j in state.jobs.values() if _owed(book, j) and j.id not in holders),
+        key=lambda j: j.queue_key,
+    )
+    for job in waiting[:1]:  # the head of the owed line, or nobody
+        plan = None
+        queue = job.spec.queue or ""
+        assert job.blocked is not None
+        if job.blocked.reason != "quota" and book.guaranteed(queue, job.spec.nodes):
+            plan = plan_reclaim(state, book, job, now=now)
+        if plan is None and book.specs[queue].preempt_lower_priority:
+            plan = plan_priority(state, book, job, now=now)
+        return plan
+    return None
 
 
 def _owed(book: QueueBook, job: JobState) -> bool:
