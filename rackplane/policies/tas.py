@@ -18,6 +18,10 @@ The scheduling cycle (run when something that frees nodes or adds work happens):
 6. A job that does not fit is blocked with its reason (`capacity` or `topology`) and the
    numbers; the first such job that could ever fit holds the racks closest to fitting it, so
    smaller jobs behind it do not keep taking them (no starvation).
+7. Backfill (Slurm's): the held racks free up when the jobs on them end; when every job
+   whose nodes the head needs there has a time limit, that time is the head's start
+   (`shadow`). A later job with a time limit that ends by then may use the held racks: it
+   cannot delay the head. A job without a limit never backfills.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
     verdicts: dict[tuple[int, ...], Unplaceable] = {}
     line = FairLine(state, QueueBook.of(state))
     line.out = out
+    backfill: Capacity | None = None  # the cycle's capacity without the head's hold
+    shadow: datetime | None = None  # when the head could start on the held racks
     for job in line:
         if line.book is not None and line.refused(job, capacity):
             continue
@@ -107,8 +113,14 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
             result = verdicts.get(sizes) if not mine else None
             if result is None:
                 result = find_placement(capacity, sizes, exclude=others)
+        if not isinstance(result, Placement) and _backfills(state, job, shadow):
+            assert backfill is not None
+            early = find_placement(backfill, sizes, exclude=others - head_held)
+            if isinstance(early, Placement):
+                why = f"; backfilled: ends by {shadow:%Y-%m-%d %H:%M}, when the held racks free"
+                result = Placement(early.slices, early.racks, early.explanation + why)
         if isinstance(result, Placement):
-            _place(out, capacity, borrow, job, result, borrowing=False)
+            _place(out, capacity, borrow, job, result, borrowing=False, also=backfill)
             line.placed(job)
             verdicts.clear()
             continue
@@ -116,13 +128,15 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
         if borrow is not None and may_borrow(state.settings, job.spec):
             lent = find_placement(borrow, sizes, exclude=others)
             if isinstance(lent, Placement):
-                _place(out, capacity, borrow, job, lent, borrowing=True)
+                _place(out, capacity, borrow, job, lent, borrowing=True, also=backfill)
                 line.placed(job)
                 verdicts.clear()
                 continue
         _block(out, job, result, line.standing)
         if not head_held and _could_ever_fit(state, sizes):
             head_held = _closest_racks(capacity, sizes, others)
+            backfill = capacity.copy()
+            shadow = _shadow(state, capacity, head_held, sizes)
             capacity.hold(head_held)
             if borrow is not None:
                 borrow.hold(head_held)
@@ -137,6 +151,7 @@ def _place(
     placement: Placement,
     *,
     borrowing: bool,
+    also: Capacity | None = None,
 ) -> None:
     out.add(
         PlaceJob,
@@ -145,7 +160,7 @@ def _place(
         borrowing=borrowing,
         explanation=placement.explanation + (" (on borrowed spares)" if borrowing else ""),
     )
-    for cap in (capacity, borrow):
+    for cap in (capacity, borrow, also):
         if cap is not None:
             cap.commit(placement)
 
@@ -259,6 +274,66 @@ class FairLine:
             nodes_held=book.held[queue],
             nominal_nodes=book.nominal[queue],
         )
+
+
+def _backfills(state: ClusterState, job: JobState, shadow: datetime | None) -> bool:
+    """True when `job` ends before the head's start on the held racks (step 7)."""
+    limit = job.spec.time_limit
+    return (
+        shadow is not None
+        and limit is not None
+        and state.at is not None
+        and (state.at + limit <= shadow)
+    )
+
+
+def _shadow(
+    state: ClusterState, capacity: Capacity, held: set[RackId], sizes: tuple[int, ...]
+) -> datetime | None:
+    """When the head could start on the held racks: the biggest slices on the roomiest racks,
+    each rack ready once enough of its jobs end (by their time limits); None when one of the
+    jobs it waits for has no limit, or the head would not fit the held racks at all."""
+    assert state.index is not None and state.at is not None
+    now = state.at
+    racks = sorted(held, key=lambda r: -capacity.usable[r])
+    if len(racks) < len(sizes):
+        return None
+    latest = now
+    nodes = state.nodes
+    for rack, size in zip(racks, sorted(sizes, reverse=True), strict=False):
+        need = size - max(capacity.usable[rack], 0)
+        if need <= 0:
+            continue
+        held_by: dict[str, int] = {}
+        for n in state.index.rack(rack).nodes:
+            holder = nodes[n].job
+            if holder is not None:
+                held_by[holder] = held_by.get(holder, 0) + 1
+        ends: list[tuple[datetime, int]] = []
+        for job_id, count in held_by.items():
+            end = _end(state.jobs[job_id], now)
+            if end is None:
+                continue
+            ends.append((end, count))
+        ends.sort()
+        freed, ready = 0, None
+        for end, count in ends:
+            freed += count
+            if freed >= need:
+                ready = end
+                break
+        if ready is None:
+            return None  # the nodes it needs are held by jobs without a limit
+        latest = max(latest, ready)
+    return latest
+
+
+def _end(job: JobState, now: datetime) -> datetime | None:
+    """When a job holding nodes will have ended at the latest (its time limit), or None."""
+    limit = job.spec.time_limit
+    if limit is None:
+        return None
+    return (job.started_at or now) + limit
 
 
 def _could_ever_fit(state: ClusterState, sizes: tuple[int, ...]) -> bool:

@@ -12,6 +12,7 @@ from rackplane.models import (
     CommandRejected,
     ExpireJob,
     JobFailed,
+    JobPlaced,
     PolicySettings,
     RegisterTopology,
     StartJob,
@@ -74,3 +75,28 @@ def test_the_controller_refuses_to_end_a_job_before_its_limit() -> None:
     assert "time limit 0:30:00" in rejected.reason
     (rejected,) = engine.handle(cmd(ExpireJob, job="nope", actor="policy:time_limits"))
     assert isinstance(rejected, CommandRejected) and rejected.code == "unknown_job"
+
+
+def test_a_short_job_backfills_the_racks_held_for_a_big_one_without_delaying_it() -> None:
+    #   r01  [R R R R R R R R . . . . . . . . s s]   R: 8 nodes, limit 2 h, started at T0
+    #   r02  [X X X X X X X X X X X X X X X X s s]   X: no limit
+    # H needs a whole rack (16): it holds r01, which frees when R ends, at T0 + 2 h.
+    engine, clock = cluster()
+    engine.handle(cmd(SubmitJob, job=job("R", 8, time_limit=timedelta(hours=2))))
+    engine.handle(cmd(StartJob, job="R"))
+    engine.handle(cmd(SubmitJob, job=job("X", 16, slice_size=16)))
+    engine.handle(cmd(SubmitJob, job=job("H", 16, slice_size=16)))
+    assert engine.state.jobs["H"].blocked is not None
+    clock.now = T0 + timedelta(minutes=5)
+    events = engine.handle(cmd(SubmitJob, job=job("S", 8, time_limit=timedelta(hours=1))))
+    (placed,) = [e for e in events if isinstance(e, JobPlaced)]
+    assert placed.slices[0].racks == ("r01",) and "backfilled: ends by" in placed.explanation
+    events = engine.handle(cmd(SubmitJob, job=job("long", 8, time_limit=timedelta(hours=3))))
+    assert not [e for e in events if isinstance(e, JobPlaced)]  # it would delay H
+    events = engine.handle(cmd(SubmitJob, job=job("nolimit", 8)))
+    assert not [e for e in events if isinstance(e, JobPlaced)]
+    engine.handle(cmd(StartJob, job="S"))
+    clock.now = T0 + timedelta(hours=2)
+    events = engine.wake()  # R and S are past their limits: H gets r01
+    assert {e.job for e in events if isinstance(e, JobFailed)} == {"R", "S"}
+    assert engine.state.jobs["H"].slices[0].racks == ("r01",)
