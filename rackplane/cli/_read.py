@@ -61,9 +61,12 @@ class JobFilter(StrEnum):
 def register(app: typer.Typer) -> None:
     """Add the read commands to the CLI."""
     from rackplane.cli._queues import queues
+    from rackplane.cli._reserve import register as register_reservations
+    from rackplane.cli._reserve import reservations
 
-    for command in (status, jobs, job, racks, rack, queues):
+    for command in (status, jobs, job, racks, rack, queues, reservations):
         app.command()(command)
+    register_reservations(app)
 
 
 def _read(s: RackplaneSettings, timeout: float, work: Callable[[LiveLog], Awaitable[T]]) -> T:

@@ -26,7 +26,7 @@ from pydantic_settings import (
 from rackplane.models import Actor, PolicySettings
 from rackplane.streams.config import KafkaSecurity, StreamConfig, bootstrap_of
 
-POLICY_AGENTS = ("spare_swap", "tas", "reclaim", "defrag", "time_limits")
+POLICY_AGENTS = ("spare_swap", "tas", "reclaim", "defrag", "time_limits", "reservations")
 """The policy agents a worker can run (kept equal to `rackplane.streams.app.POLICIES`)."""
 
 ENV_PREFIX = "RACKPLANE_"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import AwareDatetime, Field, TypeAdapter
 
 from rackplane.models._envelope import CommandEnvelope
-from rackplane.models._ids import JobId, NodeId, PodRef, RackId
+from rackplane.models._ids import Id, JobId, NodeId, PodRef, RackId
 from rackplane.models._text import Reason
 from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.keys import KeyId, TrustedKey
@@ -177,6 +177,44 @@ class ReportRackHealth(CommandEnvelope):
     cause: Reason = ""
 
 
+class Reserve(CommandEnvelope):
+    """Hold racks or nodes from `start` to `end` (an admin command): maintenance, or a hero
+    run's room. From now on no work is placed there that would run past `start` (work
+    without a time limit never is); at `start` the nodes are cordoned and restartable work
+    still on them is preempted (what cannot be preempted keeps running and is named); at
+    `end` the cordons are lifted."""
+
+    type: Literal["Reserve"] = "Reserve"
+    reservation: Id
+    racks: tuple[RackId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    nodes: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    start: AwareDatetime
+    end: AwareDatetime
+    reason: Reason = ""
+
+
+class CancelReservation(CommandEnvelope):
+    """Drop a reservation (an admin command); its cordons are lifted if it had started."""
+
+    type: Literal["CancelReservation"] = "CancelReservation"
+    reservation: Id
+    reason: Reason = ""
+
+
+class StartReservation(CommandEnvelope):
+    """A reservation's start has come (from the `reservations` policy)."""
+
+    type: Literal["StartReservation"] = "StartReservation"
+    reservation: Id
+
+
+class EndReservation(CommandEnvelope):
+    """A reservation's end has come (from the `reservations` policy)."""
+
+    type: Literal["EndReservation"] = "EndReservation"
+    reservation: Id
+
+
 class PlaceJob(CommandEnvelope):
     """Give a queued job its nodes, slice by slice (from a placement policy)."""
 
@@ -281,6 +319,10 @@ Command = Annotated[
     | ReportNodeHealth
     | RepairNode
     | ReportRackHealth
+    | Reserve
+    | CancelReservation
+    | StartReservation
+    | EndReservation
     | PlaceJob
     | BlockJob
     | SwapNode

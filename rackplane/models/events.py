@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import AwareDatetime, Field, TypeAdapter
 
 from rackplane.models._envelope import EventEnvelope
-from rackplane.models._ids import Actor, CommandId, CommandType, JobId, NodeId, PodRef, RackId
+from rackplane.models._ids import Actor, CommandId, CommandType, Id, JobId, NodeId, PodRef, RackId
 from rackplane.models._text import Note
 from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.settings import PolicySettings
@@ -276,6 +276,41 @@ class SliceDegraded(EventEnvelope):
     explanation: Note = ""
 
 
+class ReservationMade(EventEnvelope):
+    """Nodes are reserved from `start` to `end` (`Reserve`; racks given as their nodes)."""
+
+    type: Literal["ReservationMade"] = "ReservationMade"
+    reservation: Id
+    nodes: tuple[NodeId, ...] = Field(max_length=MAX_JOB_NODES)
+    start: AwareDatetime
+    end: AwareDatetime
+    reason: Note = ""
+
+
+class ReservationStarted(EventEnvelope):
+    """A reservation's start came: its nodes are cordoned (`NodeCordoned` follows for each
+    in `cordoned`) and its restartable work preempted (`JobPreempted`, cause `reservation`,
+    from the `reservations` policy); `staying` cannot be."""
+
+    type: Literal["ReservationStarted"] = "ReservationStarted"
+    reservation: Id
+    cordoned: tuple[NodeId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    """Its nodes not cordoned before: cordoned now (and uncordoned at its end)."""
+    staying: tuple[JobId, ...] = Field(default=(), max_length=MAX_JOB_NODES)
+    """Jobs on its nodes that are never preempted (inference, interactive without consent,
+    a disruption budget that refuses): they keep running there."""
+
+
+class ReservationEnded(EventEnvelope):
+    """A reservation is over (its end came, or it was cancelled); the cordons it made are
+    lifted (`NodeUncordoned` follows for each)."""
+
+    type: Literal["ReservationEnded"] = "ReservationEnded"
+    reservation: Id
+    cancelled: bool = False
+    reason: Note = ""
+
+
 class DefragPlanned(EventEnvelope):
     """Auto Defrag chose victims to free rack-shaped room; the target racks are reserved for
     the blocked job until it is placed (make-before-break)."""
@@ -347,6 +382,9 @@ Event = Annotated[
     | SliceMigrated
     | SliceDegraded
     | DefragPlanned
+    | ReservationMade
+    | ReservationStarted
+    | ReservationEnded
     | CommandRejected
     | CommandIgnored,
     Field(discriminator="type"),

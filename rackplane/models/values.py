@@ -74,7 +74,9 @@ class JobStatus(StrEnum):
 
 _FINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 
-PreemptionCause = Literal["defrag", "failure", "eviction", "operator", "reclaim", "priority"]
+PreemptionCause = Literal[
+    "defrag", "failure", "eviction", "operator", "reclaim", "priority", "reservation"
+]
 RuntimeAction = Literal["requeued", "restarted", "shrank"]
 """What a job's runtime did to its processes on its own terms (`ReportJobRuntime`): Slurm
 cannot add a node to a running job, so it requeues the job and starts it again on the nodes
@@ -83,7 +85,8 @@ degrade with `--no-kill`)."""
 """defrag: make rack-shaped room; failure: a slice lost a node and nothing could replace it;
 eviction: the job ran on borrowed spares that a swap needs; operator: an operator's decision;
 reclaim: the job ran on quota its queue borrowed, which a guaranteed job of the lending queue
-needs back; priority: a higher-priority guaranteed job of its own queue needs its nodes."""
+needs back; priority: a higher-priority guaranteed job of its own queue needs its nodes;
+reservation: a reservation of its nodes started (`ReservationStarted`)."""
 
 BlockReason = Literal["capacity", "topology", "quota"]
 """capacity: too few allocatable nodes in total; topology: enough in total, not rack-shaped;

@@ -7,6 +7,7 @@ from rackplane.policies.placement import Capacity, Placement, Unplaceable, find_
 from rackplane.policies.presets import PRESETS, default_policies, preset
 from rackplane.policies.quotas import QueueBook
 from rackplane.policies.reclaim import Reclaim, plan_reclaim
+from rackplane.policies.reservations import Reservations
 from rackplane.policies.spare_swap import SpareSwap
 from rackplane.policies.tas import NaiveScheduler, TopologyAwareScheduler, schedule
 from rackplane.policies.time_limits import TimeLimits
@@ -24,6 +25,7 @@ __all__ = [
     "QueueBook",
     "Reclaim",
     "Rejected",
+    "Reservations",
     "SpareSwap",
     "TimeLimits",
     "TopologyAwareScheduler",

@@ -22,11 +22,13 @@ from __future__ import annotations
 from rackplane.models import (
     BlockJob,
     CancelJob,
+    CancelReservation,
     Command,
     CompleteJob,
     ConfigurePolicy,
     CordonNode,
     DegradeSlice,
+    EndReservation,
     ExpireJob,
     FailJob,
     MigrateSlice,
@@ -39,9 +41,11 @@ from rackplane.models import (
     ReportJobRuntime,
     ReportNodeHealth,
     ReportRackHealth,
+    Reserve,
     RevokeKey,
     Role,
     StartJob,
+    StartReservation,
     SubmitJob,
     SwapNode,
     TrustedKey,
@@ -74,6 +78,8 @@ def admin_action(s: ClusterState, c: Command) -> str | None:
             return f"preempting {', '.join(jobs)} by hand"
         case PlanDefrag(job=blocked) if not is_policy(c.actor):
             return f"triggering a defrag for job {blocked}"
+        case Reserve(reservation=name) | CancelReservation(reservation=name):
+            return f"reserving nodes ({name})"
         case CancelJob(job=job_id):
             state = s.jobs.get(job_id)
             if state is not None and state.spec.owner != c.actor:
@@ -97,6 +103,10 @@ ROLE_RULES: dict[type, frozenset[str]] = {
     CompleteJob: frozenset({RUNTIME, OWNER}),
     FailJob: frozenset({RUNTIME, OWNER}),
     ExpireJob: frozenset({POLICY}),
+    Reserve: frozenset(),
+    CancelReservation: frozenset(),
+    StartReservation: frozenset({POLICY}),
+    EndReservation: frozenset({POLICY}),
     ReportJobRuntime: frozenset({RUNTIME}),
     ReportDisruptionBudget: frozenset({RUNTIME}),
     CordonNode: frozenset({OPERATOR, RUNTIME}),

@@ -22,6 +22,7 @@ from rackplane.models import (
 from rackplane.policies import _checks as chk
 from rackplane.policies._authorize import is_policy
 from rackplane.policies._checks import Emitter
+from rackplane.policies._decide_windows import held_by_started
 from rackplane.policies.quotas import reclaimable
 from rackplane.projections.state import ClusterState, restart_cost
 
@@ -127,6 +128,8 @@ def preempt_jobs(s: ClusterState, c: PreemptJobs, out: Emitter) -> None:
                 chk.reject("invalid_state", f"job {job.id} runs on no borrowed spare")
         elif c.cause in ("reclaim", "priority") and (why := reclaimable(s, job, c.cause)):
             chk.reject("not_preemptible", why)
+        elif c.cause == "reservation" and not held_by_started(s, job):
+            chk.reject("invalid_state", f"job {job.id} holds no node of a started reservation")
         elif job.protected_by is not None:
             chk.reject(
                 "not_preemptible",

@@ -23,6 +23,7 @@ from typing import Any, assert_never
 from rackplane.models import (
     BlockJob,
     CancelJob,
+    CancelReservation,
     Command,
     CommandIgnored,
     CommandPosition,
@@ -32,6 +33,7 @@ from rackplane.models import (
     CordonNode,
     DegradeSlice,
     DisruptionBudgetReported,
+    EndReservation,
     Event,
     EventEnvelope,
     ExpireJob,
@@ -71,8 +73,10 @@ from rackplane.models import (
     ReportJobRuntime,
     ReportNodeHealth,
     ReportRackHealth,
+    Reserve,
     RevokeKey,
     StartJob,
+    StartReservation,
     SubmitJob,
     SwapNode,
     TopologyRegistered,
@@ -83,6 +87,7 @@ from rackplane.policies import _authenticate as authn
 from rackplane.policies import _authorize as auth
 from rackplane.policies import _checks as chk
 from rackplane.policies import _decide_slices as slices
+from rackplane.policies import _decide_windows as windows
 from rackplane.policies import _keyring as keyring
 from rackplane.policies._checks import Emitter
 from rackplane.policies._checks import Rejected as Rejected
@@ -240,6 +245,12 @@ def _decide(s: ClusterState, c: Command, out: Emitter) -> None:
             slices.preempt_jobs(s, c, out)
         case PlanDefrag():
             slices.plan_defrag(s, c, out)
+        case Reserve():
+            windows.reserve(s, c, out)
+        case StartReservation():
+            windows.start(s, c, out)
+        case EndReservation() | CancelReservation():
+            windows.end(s, c, out)
         case _:
             assert_never(c)
 
@@ -486,6 +497,7 @@ def _place_job(s: ClusterState, c: PlaceJob, out: Emitter) -> None:
         chk.check_rack_local(s, f"slice {i} of job {c.job}", racks)
         placed.append(PlacedSlice(index=i, nodes=a.nodes, racks=racks))
     chk.check_reservations(s, c.job, nodes)
+    windows.check_windows(s, job, nodes, out.at)
     book = QueueBook.of(s)
     if book is not None and book.leaf(job.spec.queue):
         over = book.over_limit(job.spec.queue or "", len(nodes))

@@ -13,6 +13,7 @@ from rackplane.models import PolicySettings
 from rackplane.policies.base import Policy
 from rackplane.policies.defrag import Defrag
 from rackplane.policies.reclaim import Reclaim
+from rackplane.policies.reservations import Reservations
 from rackplane.policies.spare_swap import SpareSwap
 from rackplane.policies.tas import NaiveScheduler, TopologyAwareScheduler
 from rackplane.policies.time_limits import TimeLimits
@@ -45,14 +46,21 @@ def preset(name: str, base: PolicySettings | None = None) -> tuple[list[Policy],
         }
     )
     scheduler: Policy = NaiveScheduler() if name == "naive" else TopologyAwareScheduler()
-    policies: list[Policy] = [SpareSwap(), scheduler, Reclaim(), TimeLimits()]
+    policies: list[Policy] = [SpareSwap(), scheduler, Reclaim(), TimeLimits(), Reservations()]
     if "defrag" in parts:
         policies.append(Defrag())
     return policies, settings
 
 
 def default_policies() -> Sequence[Policy]:
-    """The production stack: spare_swap, tas, reclaim, defrag, time_limits (NTP and defrag
-    follow the settings; reclaim acts only where queues are set, time_limits on jobs with a
-    time limit)."""
-    return (SpareSwap(), TopologyAwareScheduler(), Reclaim(), Defrag(), TimeLimits())
+    """The production stack: spare_swap, tas, reclaim, defrag, time_limits, reservations (NTP
+    and defrag follow the settings; reclaim acts only where queues are set, time_limits on
+    jobs with a time limit, reservations where an admin reserved nodes)."""
+    return (
+        SpareSwap(),
+        TopologyAwareScheduler(),
+        Reclaim(),
+        Defrag(),
+        TimeLimits(),
+        Reservations(),
+    )

@@ -22,6 +22,9 @@ The scheduling cycle (run when something that frees nodes or adds work happens):
    whose nodes the head needs there has a time limit, that time is the head's start
    (`shadow`). A later job with a time limit that ends by then may use the held racks: it
    cannot delay the head. A job without a limit never backfills.
+8. Reservations (`Reserve`): before one starts, a job that could run past its start (no
+   time limit, or one that reaches it) is placed on a copy of the cycle's capacity without
+   the reserved nodes (`Withheld`); from the start the nodes are cordoned.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from rackplane.models import (
     BlockJob,
     Command,
     Event,
+    JobId,
     PlaceJob,
     QueueStanding,
     RackId,
@@ -100,9 +104,15 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
     line.out = out
     backfill: Capacity | None = None  # the cycle's capacity without the head's hold
     shadow: datetime | None = None  # when the head could start on the held racks
+    kept = Withheld(state, capacity)
     for job in line:
         if line.book is not None and line.refused(job, capacity):
             continue
+        if kept.windows:
+            job_cap = kept.for_job(job)
+            if job_cap is not capacity:
+                _place_around(out, kept, job_cap, job, line, reserved)
+                continue
         sizes = job.spec.slice_sizes
         mine = [r for r, j in reserved.items() if j == job.id]
         others = {r for r, j in reserved.items() if j != job.id} | head_held
@@ -152,6 +162,7 @@ def _place(
     *,
     borrowing: bool,
     also: Capacity | None = None,
+    extra: Sequence[Capacity] = (),
 ) -> None:
     out.add(
         PlaceJob,
@@ -160,7 +171,7 @@ def _place(
         borrowing=borrowing,
         explanation=placement.explanation + (" (on borrowed spares)" if borrowing else ""),
     )
-    for cap in (capacity, borrow, also):
+    for cap in (capacity, borrow, also, *extra):
         if cap is not None:
             cap.commit(placement)
 
@@ -274,6 +285,64 @@ class FairLine:
             nodes_held=book.held[queue],
             nominal_nodes=book.nominal[queue],
         )
+
+
+class Withheld:
+    """The cycle's capacities for jobs that reservations keep from some nodes (step 8): per
+    set of reservations that keep a job out, a copy of the cycle's capacity without their
+    nodes, kept in step with every placement of the cycle."""
+
+    def __init__(self, state: ClusterState, capacity: Capacity) -> None:
+        self.state = state
+        self.capacity = capacity
+        self.windows = [w for w in state.windows.values() if not w.started]
+        self.copies: dict[frozenset[str], Capacity] = {}
+
+    def for_job(self, job: JobState) -> Capacity:
+        """The capacity `job` may use: the cycle's, or a copy without reserved nodes."""
+        at = self.state.at
+        assert at is not None
+        keys = frozenset(w.id for w in self.windows if w.keeps_from(job.spec, at))
+        if not keys:
+            return self.capacity
+        cap = self.copies.get(keys)
+        if cap is None:
+            cap = self.capacity.copy()
+            nodes = self.state.nodes
+            off = {n for w in self.windows if w.id in keys for n in w.nodes}
+            cap.take(
+                n for n in off if nodes[n].available and n not in cap.taken.get(nodes[n].rack, ())
+            )
+            self.copies[keys] = cap
+        return cap
+
+    def all(self) -> list[Capacity]:
+        return list(self.copies.values())
+
+
+def _place_around(
+    out: Proposals,
+    kept: Withheld,
+    cap: Capacity,
+    job: JobState,
+    line: FairLine,
+    reserved: dict[RackId, JobId],
+) -> None:
+    """Place (or block) a job some reservations keep from their nodes, on its own capacity
+    (step 8); a placement counts on every capacity of the cycle."""
+    others = {r for r, j in reserved.items() if j != job.id}
+    mine = [r for r, j in reserved.items() if j == job.id]
+    sizes = job.spec.slice_sizes
+    result = find_placement(cap, sizes, within=mine) if mine else None
+    if not isinstance(result, Placement):
+        result = find_placement(cap, sizes, exclude=others)
+    if isinstance(result, Placement):
+        why = "; around reserved nodes"
+        placed = Placement(result.slices, result.racks, result.explanation + why)
+        _place(out, kept.capacity, None, job, placed, borrowing=False, extra=kept.all())
+        line.placed(job)
+        return
+    _block(out, job, result, line.standing)
 
 
 def _backfills(state: ClusterState, job: JobState, shadow: datetime | None) -> bool:

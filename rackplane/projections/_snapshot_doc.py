@@ -25,6 +25,8 @@ The document, one JSON object:
   `preemption`: [allowed_by, reason];
 - `queues` (only when a queue ever held nodes; older documents lack it): [queue, nodes,
   average, since] per leaf queue (`ClusterState.queue_usage`);
+- `windows` (only while a reservation stands; older documents lack it): [id, nodes, start,
+  end, reason, started, cordoned] per reservation (`ClusterState.windows`);
 - `seen`: `window`, and `recent` and `older`, each [count, ids (one string, one id a line;
   a list when an id holds a line break), seq deltas].
 """
@@ -77,7 +79,7 @@ KEYS = frozenset(
     }
 )
 """The top-level keys of a document, all required but `queues` (see `OPTIONAL_KEYS`)."""
-OPTIONAL_KEYS = frozenset({"queues"})
+OPTIONAL_KEYS = frozenset({"queues", "windows"})
 """Keys a document has only when there is something to say (older documents lack them)."""
 
 HEALTH = {h.value: h for h in Health}
@@ -103,29 +105,46 @@ def to_document(state: ClusterState) -> dict[str, Any]:
     topology = state.index.topology if state.index is not None else None
     nodes, free = _nodes_out(state, topology, held)
     finished = list(state.finished.items())
-    return {
-        "cluster": state.cluster,
-        "seq": state.seq,
-        "at": _time(state.at),
-        "topology": None if topology is None else topology.model_dump(mode="json"),
-        "settings": state.settings.model_dump(mode="json"),
-        "nodes": nodes,
-        "racks": _racks_out(state, topology, free),
-        "specs": SPECS.dump_python([j.spec for _, j in jobs], mode="json", exclude_defaults=True),
-        "jobs": [_job_out(k, j) for k, j in jobs],
-        "finished": [[k for k, _ in finished], "".join(_CODE[s] for _, s in finished)],
-        "reservations": [[r, j] for r, j in state.reservations.items()],
-        "preemption": [
-            state.interactive_preemption_allowed_by,
-            state.interactive_preemption_reason,
-        ],
-        "seen": {
-            "window": state.seen.window,
-            "recent": _ids_out(state.seen.recent),
-            "older": _ids_out(state.seen.older),
-        },
-        "applied": [[p, o] for p, o in state.applied.items()],
-    } | _queues_out(state)
+    return (
+        {
+            "cluster": state.cluster,
+            "seq": state.seq,
+            "at": _time(state.at),
+            "topology": None if topology is None else topology.model_dump(mode="json"),
+            "settings": state.settings.model_dump(mode="json"),
+            "nodes": nodes,
+            "racks": _racks_out(state, topology, free),
+            "specs": SPECS.dump_python(
+                [j.spec for _, j in jobs], mode="json", exclude_defaults=True
+            ),
+            "jobs": [_job_out(k, j) for k, j in jobs],
+            "finished": [[k for k, _ in finished], "".join(_CODE[s] for _, s in finished)],
+            "reservations": [[r, j] for r, j in state.reservations.items()],
+            "preemption": [
+                state.interactive_preemption_allowed_by,
+                state.interactive_preemption_reason,
+            ],
+            "seen": {
+                "window": state.seen.window,
+                "recent": _ids_out(state.seen.recent),
+                "older": _ids_out(state.seen.older),
+            },
+            "applied": [[p, o] for p, o in state.applied.items()],
+        }
+        | _queues_out(state)
+        | _windows_out(state)
+    )
+
+
+def _windows_out(state: ClusterState) -> dict[str, Any]:
+    if not state.windows:
+        return {}
+    rows = [
+        [w.id, sorted(w.nodes), _time(w.start), _time(w.end), w.reason, w.started,
+         sorted(w.cordoned)]
+        for w in state.windows.values()
+    ]  # fmt: skip
+    return {"windows": rows}
 
 
 def _queues_out(state: ClusterState) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from rackplane.projections.state import (
     RackState,
     SeenCommands,
     SliceState,
+    Window,
 )
 
 
@@ -88,6 +89,8 @@ def from_document(doc: Any, where: list[str]) -> ClusterState:
     settings = PolicySettings.model_validate(doc["settings"])
     where.append("queues")
     queue_usage = Map(_usage_in(row) for row in _list(doc.get("queues", [])))
+    where.append("windows")
+    windows = Map(_window_in(row) for row in _list(doc.get("windows", [])))
     where.append("header fields")
     allowed_by, reason = _pair(doc["preemption"])
     return ClusterState(
@@ -106,7 +109,25 @@ def from_document(doc: Any, where: list[str]) -> ClusterState:
         seen=seen_commands,
         applied=applied,
         queue_usage=queue_usage,
+        windows=windows,
     )
+
+
+def _window_in(row: Any) -> tuple[str, Window]:
+    row = _list(row)
+    if len(row) != 7:
+        raise Malformed("a reservation row has 7 fields")
+    name, nodes, start, end, reason, started, cordoned = row
+    window = Window(
+        _str(name),
+        frozenset(_str_list(nodes)),
+        _time_req(start),
+        _time_req(end),
+        _str(reason),
+        _bool(started),
+        frozenset(_str_list(cordoned)),
+    )
+    return window.id, window
 
 
 def _usage_in(row: Any) -> tuple[str, QueueUsage]:

@@ -48,6 +48,9 @@ from rackplane.models import (
     RackHealth,
     RackId,
     RackRecovered,
+    ReservationEnded,
+    ReservationMade,
+    ReservationStarted,
     SliceDegraded,
     SliceMigrated,
     TopologyIndex,
@@ -62,6 +65,7 @@ from rackplane.projections.state import (
     RackState,
     SeenCommands,
     SliceState,
+    Window,
 )
 
 
@@ -184,6 +188,7 @@ class _Builder:
         """Free index of racks whose index changed, not yet in `racks`."""
         self.down: dict[RackId, set[NodeId]] = {}
         """`down_in` of the racks it was asked for."""
+        self.windows = state.windows
         self.usage: Map[str, QueueUsage] | dict[str, QueueUsage] = state.queue_usage
         """`ClusterState.queue_usage`, a dict once the run changed it."""
 
@@ -404,6 +409,7 @@ class _Builder:
             SeenCommands(recent, older, self.seen_window),
             self.applied if isinstance(self.applied, Map) else Map(self.applied),
             self.usage if isinstance(self.usage, Map) else Map(self.usage),
+            self.windows,
         )
 
 
@@ -674,6 +680,22 @@ def _defrag_planned(b: _Builder, e: DefragPlanned) -> None:
     b.reservations = b.reservations.update(dict.fromkeys(e.target_racks, e.job))
 
 
+def _reservation_made(b: _Builder, e: ReservationMade) -> None:
+    window = Window(e.reservation, frozenset(e.nodes), e.start, e.end, e.reason)
+    b.windows = b.windows.set(e.reservation, window)
+
+
+def _reservation_started(b: _Builder, e: ReservationStarted) -> None:
+    window = b.windows[e.reservation]
+    b.windows = b.windows.set(
+        e.reservation, window._replace(started=True, cordoned=frozenset(e.cordoned))
+    )
+
+
+def _reservation_ended(b: _Builder, e: ReservationEnded) -> None:
+    b.windows = b.windows.delete(e.reservation)
+
+
 def _job_runtime_reported(b: _Builder, e: JobRuntimeReported) -> None:
     """Nothing changes but seq: what the runtime did is on record; the job's nodes and
     status are rackplane's decisions, already folded."""
@@ -716,6 +738,9 @@ def _handlers() -> dict[type[Any], Callable[[_Builder, Any], None]]:
         SliceMigrated: _slice_migrated,
         SliceDegraded: _slice_degraded,
         DefragPlanned: _defrag_planned,
+        ReservationMade: _reservation_made,
+        ReservationStarted: _reservation_started,
+        ReservationEnded: _reservation_ended,
         CommandRejected: _on_record_only,
         CommandIgnored: _on_record_only,
     }

@@ -172,6 +172,11 @@ def state_digest(state: ClusterState) -> str:
         "finished": sorted((k, v.value) for k, v in state.finished.items()),
         "reservations": sorted(state.reservations.items()),
     }
+    if state.windows:  # absent without reservations, as queue usage below
+        body["windows"] = sorted(
+            [w.id, sorted(w.nodes), str(w.start), str(w.end), w.started, sorted(w.cordoned)]
+            for w in state.windows.values()
+        )
     if state.queue_usage:  # absent without queues: digests of older states stay the same
         body["queue_usage"] = sorted([q, *u] for q, u in state.queue_usage.items())
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()

@@ -51,6 +51,7 @@ from rackplane.projections.state import (
     RackState,
     SeenCommands,
     SliceState,
+    Window,
 )
 
 __all__ = ["CODEC_FIELDS", "FORMAT_VERSION", "SnapshotError", "decode_state", "encode_state"]
@@ -85,6 +86,7 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
         "seen",
         "applied",
         "queue_usage",
+        "windows",
     ),
     NodeState: ("id", "rack", "health", "cordoned", "job", "slice", "cause"),
     RackState: ("id", "pod", "size", "gpus_per_node", "free", "health", "cause"),
@@ -109,6 +111,7 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
     BlockInfo: ("reason", "since", "allocatable_nodes", "placeable_slices", "explanation"),
     SeenCommands: ("recent", "older", "window"),
     QueueUsage: ("nodes", "average", "since"),
+    Window: ("id", "nodes", "start", "end", "reason", "started", "cordoned"),
 }
 """The fields the codec writes and reads, per record type, in order. A field added to one of
 these types must be taught to `_snapshot_doc.py` (writing) and `_snapshot_read.py` (reading)

@@ -203,6 +203,28 @@ class QueueUsage(NamedTuple):
         return QueueUsage(self.nodes + delta, self.average_at(at, half_life), max(at, self.since))
 
 
+class Window(NamedTuple):
+    """A reservation of nodes from `start` to `end` (`Reserve`)."""
+
+    id: str
+    nodes: frozenset[NodeId]
+    start: datetime
+    end: datetime
+    reason: str = ""
+    started: bool = False
+    cordoned: frozenset[NodeId] = frozenset()
+    """The nodes its start cordoned (those not cordoned already): its end uncordons them."""
+
+    def keeps_from(self, job: JobSpec, now: datetime) -> bool:
+        """True when `job`, placed at `now`, may not use these nodes: the window has started,
+        or the job could run past its start (it has no time limit, or one that reaches it)."""
+        if now >= self.end:
+            return False
+        if self.started or now >= self.start:
+            return True
+        return job.time_limit is None or now + job.time_limit > self.start
+
+
 @dataclass(frozen=True, slots=True)
 class SeenCommands:
     """Ids of applied commands, for dedupe. Two generations bound the memory it takes."""
@@ -251,6 +273,8 @@ class ClusterState:
     events' `command_partition` / `command_offset` say. A command read at or below it was
     decided already, however old (the id window above is finite)."""
     queue_usage: Map[str, QueueUsage] = field(default_factory=Map)
+    windows: Map[str, Window] = field(default_factory=Map)
+    """Reservations of nodes (`Reserve`), by name, until they end."""
     """Leaf queue -> the nodes its jobs hold and its decayed usage history (fair share).
     Only queues that ever held nodes have an entry."""
 

@@ -39,6 +39,9 @@ from rackplane.models import (
     RackDegraded,
     RackFailed,
     RackRecovered,
+    ReservationEnded,
+    ReservationMade,
+    ReservationStarted,
     SliceDegraded,
     SliceMigrated,
     TopologyRegistered,
@@ -189,6 +192,17 @@ def describe(e: Event, subject: str = "") -> str:
             return f"topology registered: {len(t.racks)} racks, {t.node_count} nodes"
         case PolicyConfigured():
             return "policy settings changed"
+        case ReservationMade():
+            return (
+                f"reservation {e.reservation}: {len(e.nodes)} nodes from {e.start:%Y-%m-%d %H:%M} "
+                f"to {e.end:%Y-%m-%d %H:%M}{_why(e.reason)}"
+            )
+        case ReservationStarted():
+            stay = f"; staying: {', '.join(e.staying)}" if e.staying else ""
+            return f"reservation {e.reservation} started: {len(e.cordoned)} nodes cordoned{stay}"
+        case ReservationEnded():
+            how = "cancelled" if e.cancelled else "ended"
+            return f"reservation {e.reservation} {how}{_why(e.reason)}"
         case CommandRejected():
             return f"{e.command_type} {e.command_id} rejected ({e.code}): {e.reason}"
         case CommandIgnored():

@@ -6,7 +6,7 @@ and benchmarks build as many isolated apps as they need); `run_worker(config)` r
 | agent | reads | writes |
 |---|---|---|
 | controller | commands | events (the only writer), rejected |
-| spare_swap, tas, reclaim, defrag, time_limits | events | commands |
+| spare_swap, tas, reclaim, defrag, time_limits, reservations | events | commands |
 | gpu_manager | telemetry (a plain consumer loop), events | commands, rejected |
 | projections | events | tables `occupancy`, `jobs`; rejected |
 | audit (when configured) | events, commands, rejected | the audit sink |
@@ -33,7 +33,14 @@ from faust.types import TP
 from rackplane.keyfiles import KeyFile, KeyFileError, load_key
 from rackplane.logtrust import LogTrust, LogTrustError
 from rackplane.models import Command
-from rackplane.policies import Defrag, Reclaim, SpareSwap, TimeLimits, TopologyAwareScheduler
+from rackplane.policies import (
+    Defrag,
+    Reclaim,
+    Reservations,
+    SpareSwap,
+    TimeLimits,
+    TopologyAwareScheduler,
+)
 from rackplane.policies.base import Policy
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.policies.health import HealthClassifier
@@ -71,6 +78,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "reclaim": Reclaim,
     "defrag": Defrag,
     "time_limits": TimeLimits,
+    "reservations": Reservations,
 }
 BATCH = 500
 # Seconds a batch waits to fill. The controller answers fast; policies and projections take a

@@ -166,7 +166,14 @@ class StreamConfig:
     embedded broker it bounds every hop's latency; Apache Kafka answers as soon as data
     arrives, so there it only paces the idle fetches. A fetch answered empty while data waits
     raises it for that consumer (`_fetch_wait`)."""
-    policies: tuple[str, ...] = ("spare_swap", "tas", "reclaim", "defrag", "time_limits")
+    policies: tuple[str, ...] = (
+        "spare_swap",
+        "tas",
+        "reclaim",
+        "defrag",
+        "time_limits",
+        "reservations",
+    )
     gpu_manager: bool = True
     projections: bool = True
     audit_dir: str | None = None

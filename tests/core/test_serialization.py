@@ -12,8 +12,8 @@ from tests.strategies import COMMAND_TYPES, EVENT_TYPES, from_model
 
 
 def test_the_unions_cover_every_command_and_event_type() -> None:
-    assert len(COMMAND_TYPES) == 24
-    assert len(EVENT_TYPES) == 27
+    assert len(COMMAND_TYPES) == 28
+    assert len(EVENT_TYPES) == 30
 
 
 @pytest.mark.parametrize("cls", COMMAND_TYPES, ids=lambda c: c.__name__)

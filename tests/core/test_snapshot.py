@@ -48,6 +48,7 @@ from rackplane.projections import (
     RackState,
     SeenCommands,
     SliceState,
+    Window,
     evolve,
     fold,
     initial_state,
@@ -83,7 +84,7 @@ def test_the_codec_knows_every_field_of_the_state_records(cls: type) -> None:
 
 def test_the_codec_lists_every_record_type_of_the_state() -> None:
     want = {ClusterState, NodeState, RackState, JobState, SliceState, BlockInfo, SeenCommands,
-            QueueUsage}  # fmt: skip
+            QueueUsage, Window}  # fmt: skip
     assert set(CODEC_FIELDS) == want
 
 

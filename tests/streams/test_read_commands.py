@@ -250,3 +250,30 @@ def test_queues_shows_quota_held_borrowed_and_waiting_and_jobs_filters_by_queue(
     assert code == 0 and sorted(r["job"] for r in listed) == ["p1", "p2", "p3"]
     code, table = cli(pipeline, "queues", "--cluster", c, json_out=False)
     assert code == 0 and "Queues of" in table and "pretrain" in table
+
+
+def test_reserve_starts_on_time_lists_and_unreserve_lifts_the_cordons(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    import time
+
+    c = registered(pipeline, tmp_path)
+    code, out = cli(pipeline, "reserve", "--cluster", c, "--name", "maint", "--racks", "r1",
+                    "--start", "now", "--end", "+2h", "--reason", "firmware")  # fmt: skip
+    assert code == 0, out
+    assert out["events"][0]["type"] == "ReservationMade", out
+    deadline = time.monotonic() + 30
+    while True:  # the worker's tick starts it: its start has come
+        code, rows = cli(pipeline, "reservations", "--cluster", c)
+        assert code == 0, rows
+        if rows and rows[0]["started"]:
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.5)
+    assert (rows[0]["reservation"], rows[0]["racks"], rows[0]["nodes"]) == ("maint", ["r1"], 6)
+    assert rows[0]["cordoned"] == 6
+    code, out = cli(pipeline, "unreserve", "--cluster", c, "--name", "maint")
+    assert code == 0, out
+    assert [e["type"] for e in out["events"]][:2] == ["ReservationEnded", "NodeUncordoned"]
+    code, rows = cli(pipeline, "reservations", "--cluster", c)
+    assert code == 0 and rows == []

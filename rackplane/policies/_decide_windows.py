@@ -1,0 +1,146 @@
+"""The controller's deciders for reservations: reserve, start, end, cancel.
+
+Split from `controller.py` (same rules of that file apply): each raises through `chk` or
+emits through `out`. A reservation (`Window` in the state) holds nodes from a start to an
+end: before the start no work goes there that could run past it (the scheduler and
+`check_windows`); at the start its nodes are cordoned (the ones not cordoned already, which
+its end uncordons) and the `reservations` policy preempts the restartable work still there.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rackplane.models import (
+    CancelReservation,
+    EndReservation,
+    JobKind,
+    NodeCordoned,
+    NodeUncordoned,
+    ReservationEnded,
+    ReservationMade,
+    ReservationStarted,
+    Reserve,
+    StartReservation,
+)
+from rackplane.policies import _checks as chk
+from rackplane.policies._checks import Emitter
+from rackplane.projections.state import ClusterState, JobState, Window
+
+
+def reserve(s: ClusterState, c: Reserve, out: Emitter) -> None:
+    if c.reservation in s.windows:
+        chk.reject("invalid_state", f"reservation {c.reservation} exists already")
+    if c.end <= c.start:
+        chk.reject("invalid_state", f"reservation {c.reservation} ends before it starts")
+    if c.end <= out.at:
+        chk.reject("invalid_state", f"reservation {c.reservation} would be over already")
+    if not c.racks and not c.nodes:
+        chk.reject("invalid_state", f"reservation {c.reservation} names no rack and no node")
+    assert s.index is not None
+    nodes: set[str] = set()
+    for rack in c.racks:
+        if rack not in s.racks:
+            chk.reject("unknown_rack", f"rack {rack} is not in cluster {s.cluster!r}")
+        nodes.update(s.index.rack(rack).nodes)
+    for node in c.nodes:
+        nodes.add(chk.node_state(s, node).id)
+    order = s.index.node_order
+    out.emit(
+        ReservationMade,
+        reservation=c.reservation,
+        nodes=tuple(sorted(nodes, key=order.__getitem__)),
+        start=c.start,
+        end=c.end,
+        reason=c.reason,
+    )
+
+
+def start(s: ClusterState, c: StartReservation, out: Emitter) -> None:
+    window = _window(s, c.reservation)
+    if window.started:
+        chk.ignore(f"reservation {c.reservation} has started already")
+    if out.at < window.start:
+        chk.reject(
+            "invalid_state",
+            f"reservation {c.reservation} starts at {window.start.isoformat()}, not before",
+        )
+    assert s.index is not None
+    order = s.index.node_order
+    cordon = sorted((n for n in window.nodes if not s.nodes[n].cordoned), key=order.__getitem__)
+    staying = [j.id for j in jobs_in(s, window) if not preemptible(s, j)]
+    out.emit(ReservationStarted, reservation=c.reservation, cordoned=tuple(cordon), staying=staying)
+    why = f"reservation {c.reservation}" + (f": {window.reason}" if window.reason else "")
+    for node in cordon:
+        out.emit(NodeCordoned, node=node, reason=why)
+
+
+def end(s: ClusterState, c: EndReservation | CancelReservation, out: Emitter) -> None:
+    window = _window(s, c.reservation)
+    cancelled = isinstance(c, CancelReservation)
+    if not cancelled and out.at < window.end:
+        chk.reject(
+            "invalid_state",
+            f"reservation {c.reservation} ends at {window.end.isoformat()}, not before",
+        )
+    reason = c.reason if isinstance(c, CancelReservation) else ""
+    out.emit(ReservationEnded, reservation=c.reservation, cancelled=cancelled, reason=reason)
+    assert s.index is not None
+    order = s.index.node_order
+    for node in sorted(window.cordoned, key=order.__getitem__):
+        if s.nodes[node].cordoned:
+            out.emit(NodeUncordoned, node=node)
+
+
+def jobs_in(s: ClusterState, window: Window) -> list[JobState]:
+    """The jobs holding nodes of the window, in queue order."""
+    ids = {s.nodes[n].job for n in window.nodes} - {None}
+    return sorted((s.jobs[j] for j in ids if j is not None), key=lambda j: j.queue_key)
+
+
+def preemptible(s: ClusterState, job: JobState) -> bool:
+    """The victim rules of Auto Defrag: managed; interactive only while an operator allows
+    it; inference never; never while a disruption budget refuses."""
+    if job.protected_by is not None:
+        return False
+    if job.spec.kind is JobKind.MANAGED:
+        return True
+    return (
+        job.spec.kind is JobKind.INTERACTIVE
+        and s.settings.allow_interactive_preemption
+        and s.interactive_preemption_allowed_by is not None
+    )
+
+
+def held_by_started(s: ClusterState, job: JobState) -> bool:
+    """True when `job` holds a node of a reservation that has started."""
+    mine = set(job.nodes)
+    return any(w.started and mine & w.nodes for w in s.windows.values())
+
+
+def check_windows(s: ClusterState, job: JobState, nodes: list[str], now: datetime) -> None:
+    """Reject a placement onto nodes a reservation keeps from this job (`Window.keeps_from`)."""
+    if not s.windows:
+        return
+    wanted = set(nodes)
+    for window in s.windows.values():
+        hit = wanted & window.nodes
+        if hit and window.keeps_from(job.spec, now):
+            first = min(hit)
+            chk.reject(
+                "reserved",
+                f"node {first} is reserved ({window.id}) from {window.start.isoformat()}: job "
+                f"{job.id} "
+                + (
+                    "has no time limit"
+                    if job.spec.time_limit is None
+                    else f"could run until past it (time limit {job.spec.time_limit})"
+                ),
+            )
+
+
+def _window(s: ClusterState, name: str) -> Window:
+    window = s.windows.get(name)
+    if window is None:
+        chk.reject("invalid_state", f"no reservation {name} in cluster {s.cluster!r}")
+    return window
