@@ -21,8 +21,8 @@ from rackplane.models import (
     PlaceJob,
     PolicySettings,
     RegisterTopology,
-    Reserve,
     ReservationStarted,
+    Reserve,
     SliceAssignment,
     StartJob,
     SubmitJob,
@@ -67,7 +67,7 @@ def fill_r01(engine: Engine) -> None:
 
 
 def test_work_that_could_run_past_the_start_is_not_placed_on_reserved_nodes() -> None:
-    engine, clock = reserved()
+    engine, _ = reserved()
     for j, limit in (("a", None), ("b", None), ("c", None)):
         engine.handle(cmd(SubmitJob, job=job(j, 8, time_limit=limit)))
     # r01 takes two jobs of 8 (16 outside its spares); the third has no time limit: it
@@ -83,12 +83,12 @@ def test_work_that_could_run_past_the_start_is_not_placed_on_reserved_nodes() ->
 
 
 def test_the_controller_refuses_a_placement_a_reservation_keeps_out() -> None:
-    engine, clock = reserved()
+    engine, _ = reserved()
     engine.handle(cmd(SubmitJob, job=job("x", 8, slice_size=8)))  # placed on r01 by tas
     engine.handle(cmd(SubmitJob, job=job("y", 8)))
     engine.handle(cmd(SubmitJob, job=job("z", 8)))  # waits
-    (rejected,) = engine.handle(cmd(PlaceJob, job="z", actor="policy:tas",
-                                    slices=(SliceAssignment(nodes=nodes("r02", 1, 8)),)))  # fmt: skip
+    on_r02 = (SliceAssignment(nodes=nodes("r02", 1, 8)),)
+    (rejected,) = engine.handle(cmd(PlaceJob, job="z", actor="policy:tas", slices=on_r02))
     assert isinstance(rejected, CommandRejected) and rejected.code == "reserved"
     assert "is reserved (maint)" in rejected.reason and "has no time limit" in rejected.reason
 
@@ -160,7 +160,7 @@ def test_a_cancelled_reservation_lifts_its_cordons_and_frees_the_nodes_for_any_w
 def test_a_reservation_that_cannot_be_is_refused_with_the_reason(
     fields: dict[str, object], code: str, why: str
 ) -> None:
-    engine, clock = cluster()
+    engine, _ = cluster()
     args: dict[str, object] = {"reservation": "r", "racks": ("r02",), "start": START, "end": END}
     (rejected,) = engine.handle(cmd(Reserve, **(args | fields)))
     assert isinstance(rejected, CommandRejected) and rejected.code == code
@@ -168,7 +168,7 @@ def test_a_reservation_that_cannot_be_is_refused_with_the_reason(
 
 
 def test_only_an_admin_reserves() -> None:
-    engine, clock = cluster(admins=("operator:root",))
+    engine, _ = cluster(admins=("operator:root",))
     (rejected,) = engine.handle(cmd(Reserve, reservation="r", racks=("r02",), start=START,
                                     end=END, actor="operator:bob"))  # fmt: skip
     assert isinstance(rejected, CommandRejected) and rejected.code == "not_authorized"
