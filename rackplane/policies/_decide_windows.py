@@ -87,7 +87,8 @@ def end(s: ClusterState, c: EndReservation | CancelReservation, out: Emitter) ->
     out.emit(ReservationEnded, reservation=c.reservation, cancelled=cancelled, reason=reason)
     assert s.index is not None
     order = s.index.node_order
-    for node in sorted(window.cordoned, key=order.__getitem__):
+    kept = {n for w in s.windows.values() if w.started and w.id != window.id for n in w.nodes}
+    for node in sorted(window.cordoned - kept, key=order.__getitem__):
         if s.nodes[node].cordoned:
             out.emit(NodeUncordoned, node=node)
 

@@ -295,7 +295,13 @@ class Withheld:
     def __init__(self, state: ClusterState, capacity: Capacity) -> None:
         self.state = state
         self.capacity = capacity
-        self.windows = [w for w in state.windows.values() if not w.started]
+        # Started reservations hold cordoned nodes, which no placement takes; one whose node
+        # an operator uncordoned by hand still keeps work off it.
+        self.windows = [
+            w
+            for w in state.windows.values()
+            if not w.started or any(state.nodes[n].available for n in w.nodes)
+        ]
         self.copies: dict[frozenset[str], Capacity] = {}
 
     def for_job(self, job: JobState) -> Capacity:

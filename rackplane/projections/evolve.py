@@ -693,7 +693,15 @@ def _reservation_started(b: _Builder, e: ReservationStarted) -> None:
 
 
 def _reservation_ended(b: _Builder, e: ReservationEnded) -> None:
-    b.windows = b.windows.delete(e.reservation)
+    """Its cordons on nodes another started reservation holds stay: they are that one's now
+    (its end lifts them; `_decide_windows.end` uncordons only the others)."""
+    ended = b.windows[e.reservation]
+    windows = b.windows.delete(e.reservation)
+    for name, w in windows.items():
+        shared = ended.cordoned & w.nodes
+        if w.started and shared:
+            windows = windows.set(name, w._replace(cordoned=w.cordoned | shared))
+    b.windows = windows
 
 
 def _job_runtime_reported(b: _Builder, e: JobRuntimeReported) -> None:

@@ -3,8 +3,9 @@
 The cluster of `test_policy_properties.py` (four racks of 8 nodes, 1 spare each) and a queue
 tree drawn per example: two orgs, each with one or two teams, random quotas and limits.
 Checked after every event: what `check_invariants` checks (no queue past its nominal plus
-borrowing limit, queue usage equal to what its jobs hold), and that reclaim preempts only
-borrowing work, for a guaranteed job.
+borrowing limit, queue usage equal to what its jobs hold), that reclaim preempts only
+borrowing work, for a guaranteed job, and that reserved nodes take no work that could run
+past the reservation's start, and none after it.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ from rackplane.models import (
     Event,
     Health,
     JobKind,
+    JobPlaced,
     JobPreempted,
     PolicySettings,
     QueueSpec,
     RegisterTopology,
     ReportNodeHealth,
+    ReservationStarted,
+    Reserve,
     StartJob,
     SubmitJob,
 )
@@ -60,6 +64,7 @@ submit = st.tuples(
     st.sampled_from([2, 4, 7]),
     st.sampled_from([JobKind.MANAGED] * 4 + [JobKind.INTERACTIVE, JobKind.INFERENCE]),
     st.integers(0, 2),
+    st.sampled_from([None, 30, 120, 600]),
 )
 step = st.one_of(
     submit,
@@ -70,6 +75,7 @@ step = st.one_of(
     st.tuples(st.just("fail"), st.sampled_from(NODES)),
     st.tuples(st.just("finish"), st.integers(0, 50), st.sampled_from(["complete", "cancel"])),
     st.tuples(st.just("wait"), st.integers(1, 600)),
+    st.tuples(st.just("reserve"), st.sampled_from(RACKS), st.integers(0, 240), st.integers(1, 600)),
 )
 
 
@@ -97,6 +103,7 @@ class Watch:
         self.before: ClusterState = engine.state
         self.plans: dict[str, str] = {}
         self.reclaims = 0
+        self.starts = 0
 
     def __call__(self, event: Event) -> None:
         before, after = self.before, self.engine.state
@@ -119,10 +126,19 @@ class Watch:
                 f"guaranteed job {event.job} preempted for reclaim"
             )
             self.reclaims += 1
+        if isinstance(event, ReservationStarted):
+            self.starts += 1
+        if isinstance(event, JobPlaced):
+            # Reserved nodes take no work that could run past the start, none after it.
+            spec = after.jobs[event.job].spec
+            placed = {n for sl in event.slices for n in sl.nodes}
+            for w in before.windows.values():
+                if placed & w.nodes and before.at is not None:
+                    assert not w.keeps_from(spec, event.at), f"{event.job} placed in {w.id}"
         self.before = after
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     drawn=trees, steps=st.lists(step, min_size=20, max_size=60), history=st.sampled_from([0.0, 0.5])
 )
@@ -141,10 +157,15 @@ def test_quotas_hold_and_reclaim_takes_only_borrowed_work(
     for i, s in enumerate(steps):
         state = engine.state
         match s:
-            case ("submit", queue, n, size, kind, prio):
+            case ("submit", queue, n, size, kind, prio, limit):
                 spec = job(f"j{i}", n, slice_size=size, kind=kind, priority=prio, queue=queue,
-                           checkpoint_interval=timedelta(minutes=15))  # fmt: skip
+                           checkpoint_interval=timedelta(minutes=15),
+                           time_limit=timedelta(minutes=limit) if limit else None)  # fmt: skip
                 command = cmd(SubmitJob, job=spec)
+            case ("reserve", r, after, minutes):
+                begins = clock.now + timedelta(minutes=after)
+                command = cmd(Reserve, reservation=f"w{i}", racks=(r.id,), start=begins,
+                              end=begins + timedelta(minutes=minutes))  # fmt: skip
             case ("fail", node):
                 command = cmd(ReportNodeHealth, node=node, health=Health.FAILED, cause="XID 79")
             case ("finish", k, how):
@@ -163,5 +184,7 @@ def test_quotas_hold_and_reclaim_takes_only_borrowed_work(
                 continue
         engine.handle(command)
         clock.now += timedelta(minutes=1)
+        engine.wake()  # time limits and reservations whose time came
     assert fold(initial_state(CLUSTER), log) == engine.state
     event(f"reclaims: {'some' if watch.reclaims else 'none'}")  # the statistics show both
+    event(f"reservations started: {'some' if watch.starts else 'none'}")

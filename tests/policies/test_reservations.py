@@ -180,3 +180,20 @@ def test_a_reservation_survives_a_snapshot() -> None:
     engine.wake()
     state = engine.state
     assert decode_state(encode_state(state)) == state
+
+
+def test_overlapping_reservations_keep_the_nodes_cordoned_until_the_last_one_ends() -> None:
+    engine, clock = reserved()  # maint: START .. END on r02
+    later = END + timedelta(hours=2)
+    engine.handle(cmd(Reserve, reservation="hero", racks=("r02",), start=START + timedelta(hours=1),
+                      end=later))  # fmt: skip
+    clock.now = START + timedelta(hours=1)
+    engine.wake()  # both started: maint cordoned the nodes, hero found them cordoned
+    clock.now = END
+    events = engine.wake()
+    assert [e.type for e in events] == ["ReservationEnded"]  # no uncordon: hero holds them
+    assert all(engine.state.nodes[n].cordoned for n in nodes("r02", 1, 18))
+    assert engine.state.windows["hero"].cordoned == frozenset(nodes("r02", 1, 18))
+    clock.now = later
+    engine.wake()
+    assert not any(engine.state.nodes[n].cordoned for n in nodes("r02", 1, 18))
