@@ -6,6 +6,7 @@ the broker tiers at that broker; without it one embedded Tansu broker serves the
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,3 +49,16 @@ def broker() -> Iterator[BrokerUnderTest]:
         return
     with EmbeddedBroker() as embedded:
         yield BrokerUnderTest(bootstrap=embedded.bootstrap, kind="tansu")
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """The root logger's handlers and level as they were before each test. A command run
+    in-process that sets up logging (`log_to_stderr`: `basicConfig(force=True)`) leaves a
+    handler on the test's captured stream, closed once the test ends; a later test's log
+    record then fails in it ("--- Logging error ---" on stderr, which the CLI tests read)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
