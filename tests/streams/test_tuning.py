@@ -16,6 +16,7 @@ from rackplane.config import load_settings
 from rackplane.streams import _heap
 from rackplane.streams._deliveries import CatchUp
 from rackplane.streams._following import FollowerCatchUp
+from rackplane.streams.agents import Ticker
 from rackplane.streams.app import TELEMETRY_FETCH_WAIT_MS, create_app
 from rackplane.streams.client import Client
 from rackplane.streams.config import StreamConfig
@@ -49,12 +50,12 @@ async def test_every_consumer_of_the_worker_and_the_client_waits_as_configured(w
     loops = [
         loop for child in app._children for loop in getattr(child, "loops", ()) if child
     ]  # the loops started with the app: the catch-ups of the controller and the followers,
-    # the telemetry loop
-    assert [type(loop) for loop in loops] == [CatchUp, FollowerCatchUp, TelemetryLoop]
+    # the policies' ticker (it reads nothing: no consumer), the telemetry loop
+    assert [type(loop) for loop in loops] == [CatchUp, FollowerCatchUp, Ticker, TelemetryLoop]
     controller = loops[0].read_and_decide.__self__  # type: ignore[attr-defined]
     built.append(controller.reader.consumer())  # what the consumer skipped, read back
     built.append(loops[1].reader.consumer())  # the same for the followers of the events
-    built.append(loops[2].consumer())
+    built.append(loops[3].consumer())
     # Telemetry needs no millisecond latency: its loop never waits less than the floor.
     want_telemetry = max(wait, TELEMETRY_FETCH_WAIT_MS)
     try:
