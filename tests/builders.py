@@ -98,3 +98,30 @@ def racks_healthy_degraded_failed(cause: str = "") -> Harness:
         cmd(ReportRackHealth, rack="r02", health=RackHealth.DEGRADED, cause=cause),
         cmd(ReportRackHealth, rack="r03", health=RackHealth.FAILED),
     )
+
+
+class Clock:
+    """A clock the test moves: `now` is what the engine reads."""
+
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def finish_command(engine: Any, k: int, how: str) -> Command | None:
+    """A property test's "finish" step: complete (starting it first if only placed) or
+    cancel the k-th job holding nodes (modulo their number); None when none holds any."""
+    from rackplane.models import CancelJob, CompleteJob, StartJob
+
+    state = engine.state
+    live = sorted(j for j in state.jobs if state.jobs[j].status.holds_nodes)
+    if not live:
+        return None
+    target = live[k % len(live)]
+    if how != "complete":
+        return cmd(CancelJob, job=target)
+    if state.jobs[target].status.value == "placed":
+        engine.handle(cmd(StartJob, job=target))
+    return cmd(CompleteJob, job=target)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -90,13 +91,7 @@ def reserve(
     _issue(
         Reserve,
         cluster,
-        config_file=config_file,
-        broker=broker,
-        prefix=prefix,
-        actor=actor,
-        timeout=timeout,
-        json_out=json_out,
-        wait=not no_wait,
+        **_sending(config_file, broker, prefix, actor, timeout, json_out, no_wait),
         reservation=name,
         racks=rack_ids,
         nodes=node_ids,
@@ -122,16 +117,31 @@ def unreserve(
     _issue(
         CancelReservation,
         cluster,
-        config_file=config_file,
-        broker=broker,
-        prefix=prefix,
-        actor=actor,
-        timeout=timeout,
-        json_out=json_out,
-        wait=not no_wait,
+        **_sending(config_file, broker, prefix, actor, timeout, json_out, no_wait),
         reservation=name,
         reason=reason,
     )
+
+
+def _sending(
+    config_file: Path | None,
+    broker: str | None,
+    prefix: str | None,
+    actor: str | None,
+    timeout: float,
+    json_out: bool,
+    no_wait: bool,
+) -> dict[str, Any]:
+    """The client options of a command, as `_issue` takes them."""
+    return {
+        "config_file": config_file,
+        "broker": broker,
+        "prefix": prefix,
+        "actor": actor,
+        "timeout": timeout,
+        "json_out": json_out,
+        "wait": not no_wait,
+    }
 
 
 def reservations(

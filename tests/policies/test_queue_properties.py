@@ -10,7 +10,7 @@ past the reservation's start, and none after it.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from hypothesis import event, given, settings
@@ -18,8 +18,6 @@ from hypothesis import strategies as st
 
 from rackplane.engine import Engine
 from rackplane.models import (
-    CancelJob,
-    CompleteJob,
     DefragPlanned,
     Event,
     Health,
@@ -32,13 +30,12 @@ from rackplane.models import (
     ReportNodeHealth,
     ReservationStarted,
     Reserve,
-    StartJob,
     SubmitJob,
 )
 from rackplane.policies import QueueBook, preset
 from rackplane.policies.quotas import borrowing_jobs
 from rackplane.projections import ClusterState, fold, initial_state
-from tests.builders import CLUSTER, T0, cmd, job, rack, topology
+from tests.builders import CLUSTER, Clock, cmd, finish_command, job, rack, topology
 from tests.invariants import check_invariants
 
 RACKS = (rack("r01", 8, "p1"), rack("r02", 8, "p1"), rack("r03", 8, "p2"), rack("r04", 8, "p2"))
@@ -85,14 +82,6 @@ def queues_of(drawn: tuple[Any, ...]) -> tuple[QueueSpec, ...]:
     for name, fields in zip(LEAVES, teams, strict=True):
         out.append(QueueSpec(name=name, parent=name[0], **fields))
     return tuple(out)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class Watch:
@@ -155,7 +144,6 @@ def test_quotas_hold_and_reclaim_takes_only_borrowed_work(
     watch = Watch(engine)
     engine.sinks.append(watch)
     for i, s in enumerate(steps):
-        state = engine.state
         match s:
             case ("submit", queue, n, size, kind, prio, limit):
                 spec = job(f"j{i}", n, slice_size=size, kind=kind, priority=prio, queue=queue,
@@ -169,16 +157,10 @@ def test_quotas_hold_and_reclaim_takes_only_borrowed_work(
             case ("fail", node):
                 command = cmd(ReportNodeHealth, node=node, health=Health.FAILED, cause="XID 79")
             case ("finish", k, how):
-                live = sorted(j for j in state.jobs if state.jobs[j].status.holds_nodes)
-                if not live:
+                finish = finish_command(engine, k, how)
+                if finish is None:
                     continue
-                target = live[k % len(live)]
-                if how == "complete":
-                    if state.jobs[target].status.value == "placed":
-                        engine.handle(cmd(StartJob, job=target))
-                    command = cmd(CompleteJob, job=target)
-                else:
-                    command = cmd(CancelJob, job=target)
+                command = finish
             case ("wait", minutes):
                 clock.now += timedelta(minutes=minutes)
                 continue

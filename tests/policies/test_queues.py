@@ -12,7 +12,7 @@ Each test states only what it changes in that tree.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -39,18 +39,10 @@ from rackplane.models import (
 from rackplane.policies import QueueBook, preset
 from rackplane.projections import QueueUsage
 from rackplane.projections.snapshot import decode_state, encode_state
-from tests.builders import CLUSTER, T0, cmd, job, rack, topology
+from tests.builders import CLUSTER, T0, Clock, cmd, job, rack, topology
 from tests.invariants import check_invariants
 
 RACKS = ("r01", "r02", "r03", "r04")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def tree(**changes: dict[str, Any]) -> tuple[QueueSpec, ...]:

@@ -6,7 +6,7 @@ reserved from T0 + 4 h to T0 + 6 h (maintenance).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -29,18 +29,10 @@ from rackplane.models import (
 )
 from rackplane.policies import preset
 from rackplane.projections.snapshot import decode_state, encode_state
-from tests.builders import CLUSTER, T0, cmd, job, nodes, rack, topology
+from tests.builders import CLUSTER, T0, Clock, cmd, job, nodes, rack, topology
 from tests.invariants import check_invariants
 
 START, END = T0 + timedelta(hours=4), T0 + timedelta(hours=6)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def cluster(**settings: object) -> tuple[Engine, Clock]:

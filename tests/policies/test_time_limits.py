@@ -5,7 +5,7 @@ Two racks of 18 nodes, 2 spares each; jobs of one slice.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from rackplane.engine import Engine
 from rackplane.models import (
@@ -19,15 +19,7 @@ from rackplane.models import (
     SubmitJob,
 )
 from rackplane.policies import preset
-from tests.builders import CLUSTER, T0, cmd, job, rack, topology
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
+from tests.builders import CLUSTER, T0, Clock, cmd, job, rack, topology
 
 
 def cluster() -> tuple[Engine, Clock]:
