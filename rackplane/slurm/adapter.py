@@ -173,6 +173,7 @@ class SlurmAdapter:
             reported=frozenset(self.reported),
             cordons=dict(self.cordons),
             complete=not bad,
+            partition=self.partition,
         )
 
     async def _read_topology(self) -> Topology | None:

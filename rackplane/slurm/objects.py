@@ -14,7 +14,7 @@ A job's spec (rules):
       annotations: `slice-size`, `kind`, `priority`, `min-nodes-per-slice`,
       `checkpoint-interval`, `expected-duration` (seconds or `90s`, `30m`, `2h`), `owner`,
       `queue`. Without a `queue`, the plan maps the job's Slurm account to the queue of that
-      name, where the cluster has one.
+      name, else the managed partition to the queue of its name, where the cluster has one.
       Example: `sbatch --hold -p gpu -N 32 --comment "rackplane: slice-size=16 kind=managed"`.
     - A comment that cannot be read refuses the job with a one-line reason (`SpecError`).
 """

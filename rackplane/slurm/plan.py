@@ -160,6 +160,8 @@ class View(NamedTuple):
     """The reason of each node's cordon in rackplane (from the log's `NodeCordoned`)."""
     complete: bool = True
     """Every job squeue printed was read: a job missing from `jobs` is gone from slurmctld."""
+    partition: str | None = None
+    """The partition rackplane manages (a queue of its name takes the jobs no other names)."""
 
 
 def plan(state: ClusterState, view: View, *, actor: str) -> Plan:
@@ -309,7 +311,7 @@ class _Planner:
         except SpecError as err:
             self.problem(j, str(err))
             return
-        if spec.queue is None and (queue := leaf_named(self.s, [j.account])):
+        if spec.queue is None and (queue := leaf_named(self.s, [j.account, self.v.partition])):
             spec = spec.model_copy(update={"queue": queue})
         self.problem(j, None)
         self.order(f"job:{j.job}", SubmitJob, f"slurm:submit:{j.job}", job=spec)

@@ -88,6 +88,7 @@ class World:
         self.events: list[Event] = []
         self.settings = PolicySettings(spares_per_rack=1, slice_size=4)
         self.calls: list[Any] = []
+        self.partition: str | None = None
 
     @property
     def state(self) -> Any:
@@ -108,6 +109,7 @@ class World:
             problems=dict(self.problems),
             reported=reported,
             cordons=cordons,
+            partition=self.partition,
         )
 
     def plan(self) -> Plan:
@@ -471,17 +473,20 @@ def test_a_no_kill_job_runs_on_after_a_degrade_and_that_it_shrank_is_on_record(
         ("rackplane: slice-size=4 queue=rl", "research", "rl"),
         ("rackplane: slice-size=4", "research", "research"),
         ("rackplane: slice-size=4", "nobody", "research"),  # no such queue: the default one
+        ("rackplane: slice-size=4", "nobody", "gpu"),  # the managed partition's queue
     ],
-    ids=["named in the comment", "the account's queue", "the default queue"],
+    ids=["named in the comment", "the account's queue", "the default queue", "the partition's"],
 )
 def test_a_jobs_queue_is_its_comments_else_the_queue_named_after_its_account(
     comment: str, account: str, want: str
 ) -> None:
     w = World()
-    w.settings = PolicySettings(
-        spares_per_rack=1, slice_size=4, default_queue="research",
-        queues=(QueueSpec(name="research", nominal_nodes=8), QueueSpec(name="rl", nominal_nodes=4)),
-    )  # fmt: skip
+    leaves = (QueueSpec(name="research", nominal_nodes=8), QueueSpec(name="rl", nominal_nodes=4))
+    if want == "gpu":
+        leaves += (QueueSpec(name="gpu", nominal_nodes=4),)
+        w.partition = "gpu"
+    w.settings = PolicySettings(spares_per_rack=1, slice_size=4, default_queue="research",
+                                queues=leaves)  # fmt: skip
     w.settle()
     w.jobs["21"] = slurm_job(21, 4, comment, account=account)
     w.settle()
