@@ -96,6 +96,11 @@ def check_tree(queues: Sequence[QueueSpec], default: str | None) -> str | None:
     return None
 
 
+def leaf_queues(queues: Sequence[QueueSpec]) -> set[str]:
+    """The queues that hold jobs: those no queue names as its parent."""
+    return {q.name for q in queues} - {q.parent for q in queues if q.parent is not None}
+
+
 def nominal(by_name: dict[str, QueueSpec], children: dict[str, list[QueueSpec]], name: str) -> int:
     """A queue's nominal quota: its own for a leaf, its children's sum for a parent."""
     kids = children.get(name)

@@ -83,6 +83,7 @@ from rackplane.models import (
     TrustKey,
     UncordonNode,
 )
+from rackplane.models.queues import leaf_queues
 from rackplane.policies import _authenticate as authn
 from rackplane.policies import _authorize as auth
 from rackplane.policies import _checks as chk
@@ -298,7 +299,7 @@ def _configure_policy(s: ClusterState, c: ConfigurePolicy, out: Emitter) -> None
 
 def _queues_kept(s: ClusterState, settings: PolicySettings) -> None:
     """Refuse settings that drop (or give children to) a queue unfinished jobs are in."""
-    leaves = {q.name for q in settings.queues} - {q.parent for q in settings.queues}
+    leaves = leaf_queues(settings.queues)
     for job in s.jobs.values():
         queue = job.spec.queue
         if queue is not None and queue not in leaves:
@@ -324,20 +325,16 @@ def _resolve_queue(s: ClusterState, spec: JobSpec) -> JobSpec:
         chk.reject(
             "unknown_queue",
             f"cluster {s.cluster!r} has queues and no default queue: name one "
-            f"({', '.join(sorted(_leaves(settings))[:8])})",
+            f"({', '.join(sorted(leaf_queues(settings.queues))[:8])})",
         )
     spec_of = {q.name: q for q in settings.queues}
-    if queue not in _leaves(settings):
+    if queue not in leaf_queues(settings.queues):
         what = "has child queues" if queue in spec_of else "is not a queue"
         chk.reject("unknown_queue", f"queue {queue!r} {what}; jobs go to a leaf queue")
     if spec.kind not in spec_of[queue].kinds:
         kinds = ", ".join(k.value for k in spec_of[queue].kinds)
         chk.reject("kind_not_allowed", f"queue {queue} runs {kinds} jobs, not {spec.kind.value}")
     return spec if spec.queue == queue else spec.model_copy(update={"queue": queue})
-
-
-def _leaves(settings: PolicySettings) -> set[str]:
-    return {q.name for q in settings.queues} - {q.parent for q in settings.queues if q.parent}
 
 
 def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:

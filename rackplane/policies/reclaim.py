@@ -54,6 +54,7 @@ from rackplane.models import (
     RackId,
     SliceAssignment,
 )
+from rackplane.policies._decide_windows import preemptible
 from rackplane.policies._proposals import Proposals
 from rackplane.policies.placement import Capacity, Placement, find_placement
 from rackplane.policies.quotas import QueueBook, borrowing_jobs
@@ -229,7 +230,7 @@ def plan_priority(
             if v.spec.queue == queue
             and v.status.holds_nodes
             and v.spec.priority < job.spec.priority
-            and _eligible(state, v)
+            and preemptible(state, v)
         ),
         key=lambda v: (v.spec.priority, -v.order),
     )
@@ -278,25 +279,13 @@ def plan_priority(
     )
 
 
-def _eligible(state: ClusterState, victim: JobState) -> bool:
-    """The victim rules of Auto Defrag (module docstring, step 1)."""
-    if victim.protected_by is not None:
-        return False
-    kind = victim.spec.kind
-    if kind is JobKind.MANAGED:
-        return True
-    return (
-        kind is JobKind.INTERACTIVE
-        and state.settings.allow_interactive_preemption
-        and state.interactive_preemption_allowed_by is not None
-    )
-
-
 def _borrowed(state: ClusterState, book: QueueBook, job: JobState) -> list[JobState]:
     """The borrowing jobs of other queues that may be reclaimed for `job` (step 1)."""
     over = borrowing_jobs(book, state.jobs.values())
     mine = job.spec.queue
-    return [v for q, jobs in sorted(over.items()) if q != mine for v in jobs if _eligible(state, v)]
+    return [
+        v for q, jobs in sorted(over.items()) if q != mine for v in jobs if preemptible(state, v)
+    ]
 
 
 def _cheapest(

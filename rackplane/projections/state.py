@@ -38,6 +38,7 @@ from rackplane.models import (
     RackId,
     TopologyIndex,
 )
+from rackplane.models.queues import leaf_queues
 
 SEEN_COMMANDS_WINDOW = 200_000
 """Command ids remembered for dedupe: at least this many of the most recent, at most twice."""
@@ -341,5 +342,5 @@ def leaf_named(state: ClusterState, names: Iterable[str | None]) -> str | None:
     """The first of `names` that is a leaf queue of the cluster, or None: how an adapter maps
     a workload manager's grouping (a Kubernetes namespace, a Slurm account) to a queue of the
     same name, only where the cluster has one."""
-    leaves = {q.name for q in state.settings.queues} - {q.parent for q in state.settings.queues}
+    leaves = leaf_queues(state.settings.queues)
     return next((n for n in names if n is not None and n in leaves), None)
