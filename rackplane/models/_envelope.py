@@ -15,7 +15,7 @@ SCHEMA_VERSION = 1
 class CommandEnvelope(BaseModel):
     """A request to change one cluster. Its `id` is unique: a redelivered id is a no-op."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     schema_version: int = Field(default=SCHEMA_VERSION, ge=1)
     id: CommandId
@@ -51,7 +51,7 @@ class EventEnvelope(BaseModel):
     the simulator).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     schema_version: int = Field(default=SCHEMA_VERSION, ge=1)
     id: EventId

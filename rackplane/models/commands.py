@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, Field, TypeAdapter
+from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter
 
 from rackplane.models._envelope import CommandEnvelope
 from rackplane.models._ids import Id, JobId, NodeId, PodRef, RackId
@@ -332,5 +332,5 @@ Command = Annotated[
     | PlanDefrag,
     Field(discriminator="type"),
 ]
-COMMANDS: TypeAdapter[Command] = TypeAdapter(Command)
+COMMANDS: TypeAdapter[Command] = TypeAdapter(Command, config=ConfigDict(defer_build=True))
 """Built once: the only way bytes become commands."""

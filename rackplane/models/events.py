@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, Field, TypeAdapter
+from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter
 
 from rackplane.models._envelope import EventEnvelope
 from rackplane.models._ids import Actor, CommandId, CommandType, Id, JobId, NodeId, PodRef, RackId
@@ -389,5 +389,5 @@ Event = Annotated[
     | CommandIgnored,
     Field(discriminator="type"),
 ]
-EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+EVENTS: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
 """Built once: the only way bytes become events."""

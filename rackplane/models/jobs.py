@@ -35,7 +35,7 @@ class JobSpec(BaseModel):
     may keep running on fewer nodes per slice after a failure (nonuniform tensor parallelism).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: JobId
     name: Label = ""

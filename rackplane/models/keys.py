@@ -58,7 +58,9 @@ def key_id_of(public_key: bytes) -> str:
 class TrustedKey(BaseModel):
     """A public key a cluster trusts, the actor it signs as, and its roles."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        defer_build=True, frozen=True, extra="forbid", use_attribute_docstrings=True
+    )
 
     id: KeyId
     """`key_id_of(public key)`; checked."""
@@ -92,7 +94,7 @@ class TrustedKey(BaseModel):
 class Signature(BaseModel):
     """An Ed25519 signature of a command by one of its cluster's trusted keys."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     key: KeyId
     value: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9+/]{86}==$", max_length=88)]

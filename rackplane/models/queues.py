@@ -36,7 +36,9 @@ MAX_QUEUE_NODES = 10 * MAX_JOB_NODES
 class QueueSpec(BaseModel):
     """One queue of the tree (see the module docstring)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        defer_build=True, frozen=True, extra="forbid", use_attribute_docstrings=True
+    )
 
     name: QueueName
     parent: QueueName | None = None

@@ -24,7 +24,7 @@ _Base64 = Annotated[
 class Rejection(BaseModel):
     """One rejected message, with where it came from, so nothing is dropped silently."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     source_topic: Label
     partition: int | None = None

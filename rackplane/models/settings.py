@@ -17,7 +17,9 @@ from rackplane.models.values import XidAction
 class PolicySettings(BaseModel):
     """Knobs of placement, recovery and defragmentation. Defaults follow DESIGN.md."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        defer_build=True, frozen=True, extra="forbid", use_attribute_docstrings=True
+    )
 
     slice_size: int = Field(default=DEFAULT_SLICE_SIZE, ge=1, le=MAX_SLICE_NODES)
     """Default nodes per slice for jobs that do not say."""

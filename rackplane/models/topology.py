@@ -31,7 +31,7 @@ CORE = "core"
 class Rack(BaseModel):
     """One NVLink domain: nodes on one non-blocking NVLink fabric (an NVL72 rack: 18 x 4 GPUs)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: RackId
     pod: PodId = DEFAULT_POD
@@ -47,7 +47,7 @@ class Rack(BaseModel):
 class Pod(BaseModel):
     """Racks under the same InfiniBand leaf switches; optionally grouped into a superpod."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     id: PodId
     superpod: PodId | None = None
@@ -56,7 +56,7 @@ class Pod(BaseModel):
 class Topology(BaseModel):
     """A cluster's racks and fabric. Every node belongs to exactly one rack."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     cluster: ClusterId
     racks: tuple[Rack, ...] = Field(min_length=1)

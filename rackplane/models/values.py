@@ -100,7 +100,7 @@ PlanCause = Literal["defrag", "reclaim", "priority"]
 class QueueStanding(BaseModel):
     """Where a blocked job stands: its queue, its queue's fair share, its place in line."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     queue: QueueName
     share: float = Field(ge=0, allow_inf_nan=False)
@@ -147,7 +147,7 @@ RejectionCode = Literal[
 class DefragAlternative(BaseModel):
     """A defrag option that was considered and not chosen."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     target_racks: tuple[RackId, ...]
     victims: tuple[JobId, ...]
@@ -161,7 +161,7 @@ class DefragAlternative(BaseModel):
 class SliceAssignment(BaseModel):
     """Nodes proposed for one slice of a job, in slice order."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     nodes: tuple[NodeId, ...] = Field(min_length=1, max_length=MAX_SLICE_NODES)
 
@@ -169,7 +169,7 @@ class SliceAssignment(BaseModel):
 class PlacedSlice(BaseModel):
     """One slice as placed: its index in the job, its nodes and the racks they are in."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     index: int = Field(ge=0)
     nodes: tuple[NodeId, ...] = Field(min_length=1, max_length=MAX_SLICE_NODES)
