@@ -22,7 +22,7 @@ from rackplane.models import (
 from rackplane.policies import _checks as chk
 from rackplane.policies._authorize import is_policy
 from rackplane.policies._checks import Emitter
-from rackplane.policies._decide_windows import held_by_started
+from rackplane.policies._decide_windows import check_windows, held_by_started
 from rackplane.policies.quotas import reclaimable
 from rackplane.projections.state import ClusterState, restart_cost
 
@@ -33,6 +33,7 @@ def swap_node(s: ClusterState, c: SwapNode, out: Emitter) -> None:
     if c.old_node not in sl.nodes:
         chk.reject("invalid_state", f"node {c.old_node} is not in slice {c.slice} of job {c.job}")
     chk.check_available(s, [c.new_node])
+    check_windows(s, job, [c.new_node], out.at, running=True)
     old_rack = s.nodes[c.old_node].rack
     new_rack = s.nodes[c.new_node].rack
     if new_rack != old_rack and s.settings.rack_local_slices:
@@ -64,6 +65,7 @@ def migrate_slice(s: ClusterState, c: MigrateSlice, out: Emitter) -> None:
     racks = chk.racks(s, c.nodes)
     chk.check_rack_local(s, f"slice {c.slice} of job {c.job}", racks)
     chk.check_reservations(s, c.job, c.nodes)
+    check_windows(s, job, c.nodes, out.at, running=True)
     chk.check_spare_reserve(s, c.nodes)
     out.emit(
         SliceMigrated,

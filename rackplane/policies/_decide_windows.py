@@ -9,6 +9,7 @@ its end uncordons) and the `reservations` policy preempts the restartable work s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from rackplane.models import (
@@ -119,21 +120,28 @@ def held_by_started(s: ClusterState, job: JobState) -> bool:
     return any(w.started and mine & w.nodes for w in s.windows.values())
 
 
-def check_windows(s: ClusterState, job: JobState, nodes: list[str], now: datetime) -> None:
-    """Reject a placement onto nodes a reservation keeps from this job (`Window.keeps_from`)."""
+def check_windows(
+    s: ClusterState, job: JobState, nodes: Sequence[str], now: datetime, *, running: bool = False
+) -> None:
+    """Reject giving `job` nodes a reservation keeps from it (`Window.keeps_from`): a placement,
+    or for a `running` job (a swap, a slice migration; its limit counts from its start) a
+    node it moves onto."""
     if not s.windows:
         return
     wanted = set(nodes)
+    since = job.started_at if running else None
     for window in s.windows.values():
         hit = wanted & window.nodes
-        if hit and window.keeps_from(job.spec, now):
+        if hit and window.keeps_from(job.spec, now, since):
             first = min(hit)
             chk.reject(
                 "reserved",
                 f"node {first} is reserved ({window.id}) from {window.start.isoformat()}: job "
                 f"{job.id} "
                 + (
-                    "has no time limit"
+                    "may not use it once it has started"
+                    if window.started or now >= window.start
+                    else "has no time limit"
                     if job.spec.time_limit is None
                     else f"could run until past it (time limit {job.spec.time_limit})"
                 ),

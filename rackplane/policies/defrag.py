@@ -13,10 +13,12 @@ Algorithm overview (`plan_defrag`):
    each minimal set of its victims whose nodes make room, alone or with up to `MAX_EXTRAS` (3)
    extra victims elsewhere whose leaving lets the others be re-placed (a plan needing more is
    not searched). Options are ranked by cost, then fewer victims, then fabric distance to the
-   slices already chosen.
+   slices already chosen. Nodes a pending reservation keeps from the blocked job (its time
+   limit would run past the start) are not counted as room and not taken.
 3. Validation. An option is taken only if every victim chosen so far can be placed again at
    once, outside the target racks and never on a degraded rack (work is not moved onto a
-   degraded rack to free a healthy one), with the placement the scheduler itself uses; the first
+   degraded rack to free a healthy one) nor on nodes a pending reservation keeps from that
+   victim, with the placement the scheduler itself uses; the first
    valid option in rank order wins (for a one-slice job, the cheapest valid plan among the
    options). Each slice of a multi-slice job is chosen in turn on top of the earlier ones.
 4. Plan. Target racks, victims with their new placements, the blocked job's placement, the
@@ -39,6 +41,7 @@ from rackplane.models import (
     JobId,
     JobKind,
     JobStatus,
+    NodeId,
     PlaceJob,
     PlanDefrag,
     PreemptJobs,
@@ -56,7 +59,7 @@ from rackplane.policies.placement import (
     find_placement,
 )
 from rackplane.policies.reclaim import next_plan
-from rackplane.projections.state import ClusterState, JobState, restart_cost
+from rackplane.projections.state import ClusterState, JobState, kept_nodes, restart_cost
 
 MAX_TRIES = 128
 """Victim sets validated per plan (plus one per slice) before giving up: each try re-places
@@ -125,6 +128,8 @@ class Attempt:
     hero: Placement
     moves: list[tuple[JobId, Placement]]
     capacity: Capacity
+    kept: frozenset[NodeId] = frozenset()
+    """Nodes reservations keep from the blocked job (a next slice does not take them)."""
 
 
 def replace_victims(
@@ -132,29 +137,42 @@ def replace_victims(
     base: Capacity,
     victims: Sequence[JobState],
     targets: Sequence[tuple[RackId, int]],
+    *,
+    now: datetime,
+    kept: frozenset[NodeId] = frozenset(),
 ) -> Attempt | None:
-    """Free the victims, put the blocked job's slices on `targets`, re-place every victim
-    elsewhere; None when some victim finds no room."""
+    """Free the victims, put the blocked job's slices on `targets` (never on the nodes of
+    `kept`), re-place every victim elsewhere (never on nodes a reservation keeps from it when
+    placed at `now`); None when some victim finds no room."""
     cap = base.copy()
     for v in victims:
         cap.release(v.nodes)
     slices = []
     for rack, size in targets:
-        if cap.usable[rack] < size:
+        nodes = _hero_nodes(cap, kept, rack, size)
+        if nodes is None:
             return None
-        nodes = cap.nodes(rack, size)
         cap.take(nodes)
         slices.append(nodes)
     hero = Placement(tuple(slices), tuple(r for r, _ in targets), "")
     held = set(state.reservations) | {r for r, _ in targets} | cap.degraded
     moves = []
     for v in sorted(victims, key=lambda j: j.queue_key):
-        p = find_placement(cap, v.spec.slice_sizes, exclude=held)
+        room = cap.without(kept_nodes(state, v, now)) if state.windows else cap
+        p = find_placement(room, v.spec.slice_sizes, exclude=held)
         if not isinstance(p, Placement):
             return None
         cap.commit(p)
         moves.append((v.id, p))
-    return Attempt(hero, moves, cap)
+    return Attempt(hero, moves, cap, kept)
+
+
+def _hero_nodes(
+    cap: Capacity, kept: frozenset[NodeId], rack: RackId, size: int
+) -> tuple[NodeId, ...] | None:
+    """The nodes the blocked job's slice takes on `rack`, outside `kept`; None if too few."""
+    room = cap.without(kept) if kept else cap
+    return room.nodes(rack, size) if room.usable[rack] >= size else None
 
 
 def fits_on_counts(
@@ -166,7 +184,8 @@ def fits_on_counts(
     base_view: dict[RackId, int] | None = None,
 ) -> bool:
     """`replace_victims` on node counts alone (the same rack choices, no node lists, no
-    explanations): whether it would succeed. Most candidate plans fail; they fail here.
+    explanations): whether it would succeed (may succeed, while a pending reservation keeps
+    some victim from nodes). Most candidate plans fail; they fail here.
     `base_view` is `base.view(state.reservations | base.degraded)`, when the caller has it
     already."""
     usable = dict(base.usable)
@@ -201,16 +220,17 @@ def fits_on_counts(
 def _extend(attempt: Attempt, rack: RackId, size: int) -> Attempt | None:
     """Add a slice on a rack that has room, no new victim: valid without re-placing anyone
     when no victim was re-placed onto that rack (their placements excluded the targets)."""
-    cap = attempt.capacity
-    if cap.usable[rack] < size or any(rack in p.racks for _, p in attempt.moves):
+    if any(rack in p.racks for _, p in attempt.moves):
         return None
-    cap = cap.copy()
-    nodes = cap.nodes(rack, size)
+    nodes = _hero_nodes(attempt.capacity, attempt.kept, rack, size)
+    if nodes is None:
+        return None
+    cap = attempt.capacity.copy()
     cap.take(nodes)
     hero = Placement(
         (*attempt.hero.slices, nodes), (*attempt.hero.racks, rack), attempt.hero.explanation
     )
-    return Attempt(hero, attempt.moves, cap)
+    return Attempt(hero, attempt.moves, cap, attempt.kept)
 
 
 def plan_defrag(
@@ -262,8 +282,13 @@ def _plan_room(
     lost = {v.id: restart_cost(state, v, now) for v in pool}
     cost = {v.id: lost[v.id] * victim_weight(v, job.spec.priority) for v in pool}
     by_id = {v.id: v for v in pool}
-    # Per rack, the nodes each victim would give back (healthy, uncordoned): counted once per
-    # plan, O(victim nodes); options read it for every slice and rack.
+    # Nodes pending reservations keep from the job (a running one counts from its start): its
+    # slices never take them. The counts below leave them out (what the victims free for the
+    # job; a bound, for their re-placement, that is then conservative), `replace_victims`
+    # checks node by node.
+    kept = kept_nodes(state, job, now, running=job.status.holds_nodes)
+    # Per rack, the nodes each victim would give back (healthy, uncordoned, not kept): counted
+    # once per plan, O(victim nodes); options read it for every slice and rack.
     in_rack: dict[RackId, dict[JobId, int]] = {}
     freed_in: dict[JobId, dict[RackId, int]] = {}
     nodes = state.nodes
@@ -272,7 +297,7 @@ def _plan_room(
         mine: dict[RackId, int] = {}
         for n in v.nodes:
             node = nodes[n]
-            if node.in_service:
+            if node.in_service and n not in kept:
                 mine[node.rack] = mine.get(node.rack, 0) + 1
         if mine:
             freed_in[vid] = mine
@@ -283,6 +308,7 @@ def _plan_room(
     offer = RackVictims(in_rack, cost)
     base = Capacity(state)
     room_total = sum(u for u in base.usable.values() if u > 0)
+    own = base.without(kept)  # what the job itself may use
     base_view = base.view(set(state.reservations) | base.degraded)
     index = state.index
     open_racks = [
@@ -300,7 +326,7 @@ def _plan_room(
     for size in sizes:
         # Usable nodes per open rack once the chosen victims left and earlier slices took
         # theirs (what `options` reads; open racks are in service, so every freed node counts).
-        trial = dict(base.usable)
+        trial = dict(own.usable)
         for vid in chosen:
             for rack, k in freed_in.get(vid, {}).items():
                 trial[rack] += k
@@ -322,8 +348,9 @@ def _plan_room(
             if attempt is None:
                 victims = [by_id[v] for v in (*chosen, *option.victims)]
                 where = [*targets, (option.rack, size)]
-                if fits_on_counts(state, base, victims, where, freed_in, base_view):
-                    attempt = replace_victims(state, base, victims, where)
+                # The counts do not know what reservations keep from whom.
+                if kept or fits_on_counts(state, base, victims, where, freed_in, base_view):
+                    attempt = replace_victims(state, base, victims, where, now=now, kept=kept)
             if attempt is not None:
                 picked, result = option, attempt
                 break

@@ -80,6 +80,8 @@ class Capacity:
         self.spares = state.settings.spares_per_rack if keep_spares else 0
         self.taken: dict[RackId, set[NodeId]] = {}
         self.freed: dict[RackId, set[NodeId]] = {}
+        self.withheld: set[NodeId] = set()
+        """Nodes this capacity never gives (`withhold`)."""
         # Raw room per rack: free nodes less the reserve. It goes negative when a swap has
         # eaten into the reserve; keeping the sign makes releases and takes add up exactly.
         table, degraded = _usable(state, self.index, self.spares)
@@ -118,11 +120,38 @@ class Capacity:
             self.usable[rack] -= 1
         self._views.clear()
 
+    def withhold(self, nodes: Iterable[NodeId]) -> None:
+        """Never give these nodes (reservations keep them from the work being placed): those
+        usable now are deducted, and releasing them later does not bring them back."""
+        rack_of = self.state.nodes
+        for n in nodes:
+            if n in self.withheld:
+                continue
+            self.withheld.add(n)
+            rack = rack_of[n].rack
+            taken = self.taken.setdefault(rack, set())
+            if n not in taken and (
+                n in self.state.racks[rack].free or n in self.freed.get(rack, ())
+            ):
+                taken.add(n)
+                self.usable[rack] -= 1
+        self._views.clear()
+
+    def without(self, nodes: Iterable[NodeId]) -> Capacity:
+        """This capacity when `nodes` is empty, else a copy that withholds them."""
+        nodes = [n for n in nodes if n not in self.withheld]
+        if not nodes:
+            return self
+        other = self.copy()
+        other.withhold(nodes)
+        return other
+
     def release(self, nodes: Iterable[NodeId]) -> None:
-        """Count nodes of a job about to be preempted as usable (healthy, uncordoned ones)."""
+        """Count nodes of a job about to be preempted as usable (healthy, uncordoned ones,
+        not withheld)."""
         for n in nodes:
             node = self.state.nodes[n]
-            if node.health is not Health.HEALTHY or node.cordoned:
+            if node.health is not Health.HEALTHY or node.cordoned or n in self.withheld:
                 continue
             if not self.state.racks[node.rack].in_service:
                 continue
@@ -140,6 +169,7 @@ class Capacity:
         other.usable = dict(self.usable)
         other.taken = {r: set(ns) for r, ns in self.taken.items()}
         other.freed = {r: set(ns) for r, ns in self.freed.items()}
+        other.withheld = set(self.withheld)
         other._views = {}
         return other
 

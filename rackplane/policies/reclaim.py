@@ -58,7 +58,7 @@ from rackplane.policies._decide_windows import preemptible
 from rackplane.policies._proposals import Proposals
 from rackplane.policies.placement import Capacity, Placement, find_placement
 from rackplane.policies.quotas import QueueBook, borrowing_jobs
-from rackplane.projections.state import ClusterState, JobState, restart_cost
+from rackplane.projections.state import ClusterState, JobState, kept_nodes, restart_cost
 
 TRIGGERS = frozenset({"JobPlaced", "PolicyConfigured", "DisruptionBudgetReported"})
 """Besides a job newly blocked: events after which work may be reclaimable."""
@@ -149,15 +149,16 @@ def plan_reclaim(
     cost = {v.id: lost[v.id] * (1 + v.preemptions) for v in pool}
     by_id = {v.id: v for v in pool}
     nodes = state.nodes
+    kept = kept_nodes(state, job, now)  # pending reservations' nodes the job may not use
     in_rack: dict[RackId, dict[JobId, int]] = {}
     for v in pool:
         for n in v.nodes:
             node = nodes[n]
-            if node.in_service:
+            if node.in_service and n not in kept:
                 per = in_rack.setdefault(node.rack, {})
                 per[v.id] = per.get(v.id, 0) + 1
     others = {r for r, j in state.reservations.items() if j != job.id}
-    base = Capacity(state)
+    base = Capacity(state).without(kept)
     trial = base.copy()
     open_racks = [
         r.id for r in base.index.racks if state.racks[r.id].healthy and r.id not in others
@@ -235,7 +236,7 @@ def plan_priority(
         key=lambda v: (v.spec.priority, -v.order),
     )
     others = {r for r, j in state.reservations.items() if j != job.id}
-    base = Capacity(state)
+    base = Capacity(state).without(kept_nodes(state, job, now))
     need = book.held[queue] + job.spec.nodes - book.nominal[queue]
 
     def fits(victims: Sequence[JobState]) -> Placement | None:

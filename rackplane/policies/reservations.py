@@ -2,11 +2,12 @@
 
 A reservation (`Reserve`, an admin's) holds nodes from a start to an end. Before the start,
 the scheduler places there only work whose time limit ends by then (`Window.keeps_from`; the
-controller refuses the rest). When the start comes this policy proposes `StartReservation`:
-the controller cordons the nodes (`ReservationStarted`, `NodeCordoned`); then it preempts the
-restartable work still on them (`PreemptJobs`, cause `reservation`; what may never be
-preempted stays, named in `ReservationStarted.staying`). When the end comes it proposes
-`EndReservation`, which lifts the cordons the start made.
+controller refuses the rest), and so do swaps, migrations, reclaim and defrag (a running job's
+limit counts from its start: `state.kept_nodes`). When the start comes this policy proposes
+`StartReservation`: the controller cordons the nodes (`ReservationStarted`, `NodeCordoned`);
+then it preempts the restartable work still on them (`PreemptJobs`, cause `reservation`; what
+may never be preempted stays, named in `ReservationStarted.staying`). When the end comes it
+proposes `EndReservation`, which lifts the cordons the start made.
 
 The start and the end are times no event marks: `due` says when the next one comes, and the
 engine (`Engine.wake`) and the worker's `Ticker` offer the state again then.

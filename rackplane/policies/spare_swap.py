@@ -17,6 +17,9 @@ For each failed node that serves a slice, in this order:
 A rack-level fault (NVSwitch tray, power) takes every node of the rack at once: each slice in
 it migrates, or its job is re-queued. The spare pool refills by itself: the reserve is a count
 of healthy free nodes, so repaired or freed nodes of the rack become spares again.
+
+Nodes of a reservation that starts before the job's time limit ends (counted from the job's
+start; no limit: any reservation not ended) are never a swap's spare or a migration's room.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from rackplane.models import (
 from rackplane.policies._proposals import Proposals, own_rejections
 from rackplane.policies.defrag import DefragPlan, plan_room
 from rackplane.policies.placement import Capacity
-from rackplane.projections.state import ClusterState, JobState, SliceState
+from rackplane.projections.state import ClusterState, JobState, SliceState, kept_nodes
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,10 @@ def recover(
             continue
         failed = _failed_nodes(state, s)
         remaining = list(s.nodes)
+        kept = kept_nodes(state, job, now, running=True)
         for dead in failed:
-            spare = _spare(state, s.racks[0], spares_used)
+            skip = spares_used | kept if kept else spares_used
+            spare = _spare(state, s.racks[0], skip)
             if spare is not None:
                 spares_used.add(spare)
                 left = len(state.racks[s.racks[0]].available - spares_used)
@@ -134,7 +139,7 @@ def recover(
                     ),
                 )
                 continue
-            lent = _borrower_node(state, s.racks[0], job_id, spares_used, evicted)
+            lent = _borrower_node(state, s.racks[0], job_id, skip, evicted)
             if lent is not None:
                 borrower, node = lent
                 if borrower not in evicted:
@@ -218,9 +223,10 @@ def _move_or_requeue(
     why: str,
     now: datetime,
 ) -> None:
-    target = _migration_target(state, capacity, job, s)
+    room = capacity.without(kept_nodes(state, job, now, running=True))
+    target = _migration_target(state, room, job, s)
     if target is not None:
-        nodes = capacity.nodes(target, s.size)
+        nodes = room.nodes(target, s.size)
         capacity.take(nodes)
         where = (
             "degraded, an NVSwitch tray lost: no healthy rack has room"

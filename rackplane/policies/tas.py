@@ -265,7 +265,9 @@ class FairLine:
         """Count a placement of this cycle against its queue's quota and share."""
         book, queue = self.book, job.spec.queue
         if self.free is not None:
-            self.free -= job.spec.nodes
+            # A placement on borrowed spares or on racks held for the job took nodes `total`
+            # did not count: the count stays a count.
+            self.free = max(0, self.free - job.spec.nodes)
         if book is not None and queue is not None and book.leaf(queue):
             book.commit(queue, job.spec.nodes)
 
@@ -314,11 +316,7 @@ class Withheld:
         cap = self.copies.get(keys)
         if cap is None:
             cap = self.capacity.copy()
-            nodes = self.state.nodes
-            off = {n for w in self.windows if w.id in keys for n in w.nodes}
-            cap.take(
-                n for n in off if nodes[n].available and n not in cap.taken.get(nodes[n].rack, ())
-            )
+            cap.withhold(n for w in self.windows if w.id in keys for n in w.nodes)
             self.copies[keys] = cap
         return cap
 

@@ -216,14 +216,15 @@ class Window(NamedTuple):
     cordoned: frozenset[NodeId] = frozenset()
     """The nodes its start cordoned (those not cordoned already): its end uncordons them."""
 
-    def keeps_from(self, job: JobSpec, now: datetime) -> bool:
-        """True when `job`, placed at `now`, may not use these nodes: the window has started,
-        or the job could run past its start (it has no time limit, or one that reaches it)."""
+    def keeps_from(self, job: JobSpec, now: datetime, since: datetime | None = None) -> bool:
+        """True when `job`, given nodes at `now`, may not use these nodes: the window has
+        started, or the job could run past its start (it has no time limit, or one that
+        reaches it). Its limit counts from `since` (a running job's start), else from `now`."""
         if now >= self.end:
             return False
         if self.started or now >= self.start:
             return True
-        return job.time_limit is None or now + job.time_limit > self.start
+        return job.time_limit is None or (since or now) + job.time_limit > self.start
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +324,20 @@ def restart_cost(state: ClusterState, job: JobState, at: datetime) -> float:
     the overhead (it starts over elsewhere)."""
     span = job.at_risk(at) + state.settings.restart_overhead
     return job_gpus(state, job) * span.total_seconds() / 3600.0
+
+
+def kept_nodes(
+    state: ClusterState, job: JobState, at: datetime, *, running: bool = False
+) -> frozenset[NodeId]:
+    """The nodes reservations keep from `job` if it is given nodes at `at`
+    (`Window.keeps_from`): a job placed anew counts its time limit from `at`; a `running`
+    one that keeps going (a swap, a slice migration) from its start. O(reservation nodes)."""
+    if not state.windows:
+        return frozenset()
+    since = job.started_at if running else None
+    return frozenset(
+        n for w in state.windows.values() if w.keeps_from(job.spec, at, since) for n in w.nodes
+    )
 
 
 def initial_state(cluster: ClusterId, *, seen_window: int | None = None) -> ClusterState:

@@ -116,7 +116,7 @@ def exhaustive(state: ClusterState, now: datetime) -> float | None:
             outside = [v for v in combo if all(state.nodes[n].rack != r for n in v.nodes)]
             if len(outside) > MAX_EXTRAS:
                 continue
-            if replace_victims(state, base, list(combo), [(r, size)]) is not None:
+            if replace_victims(state, base, list(combo), [(r, size)], now=now) is not None:
                 return sum(cost[v.id] for v in combo)
     return None
 

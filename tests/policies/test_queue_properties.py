@@ -18,18 +18,21 @@ from hypothesis import strategies as st
 
 from rackplane.engine import Engine
 from rackplane.models import (
+    CommandRejected,
     DefragPlanned,
     Event,
     Health,
     JobKind,
     JobPlaced,
     JobPreempted,
+    NodeSwapped,
     PolicySettings,
     QueueSpec,
     RegisterTopology,
     ReportNodeHealth,
     ReservationStarted,
     Reserve,
+    SliceMigrated,
     SubmitJob,
 )
 from rackplane.policies import QueueBook, preset
@@ -117,13 +120,26 @@ class Watch:
             self.reclaims += 1
         if isinstance(event, ReservationStarted):
             self.starts += 1
+        # Reserved nodes take no work that could run past the start, none after it: not by a
+        # placement, nor by a running job's swap or slice migration (whose limit counts from
+        # its start); and no policy proposes what the controller would refuse for it.
+        given: set[str] = set()
+        since = None
         if isinstance(event, JobPlaced):
-            # Reserved nodes take no work that could run past the start, none after it.
-            spec = after.jobs[event.job].spec
-            placed = {n for sl in event.slices for n in sl.nodes}
+            given = {n for sl in event.slices for n in sl.nodes}
+        elif isinstance(event, SliceMigrated):
+            given, since = set(event.new_nodes), before.jobs[event.job].started_at
+        elif isinstance(event, NodeSwapped):
+            given, since = {event.new_node}, before.jobs[event.job].started_at
+        if given:
+            spec = before.jobs[event.job].spec
             for w in before.windows.values():
-                if placed & w.nodes and before.at is not None:
-                    assert not w.keeps_from(spec, event.at), f"{event.job} placed in {w.id}"
+                if given & w.nodes:
+                    assert not w.keeps_from(spec, event.at, since), f"{event.type} in {w.id}"
+        if isinstance(event, CommandRejected):
+            assert event.code != "reserved", (
+                f"a policy proposed {event.command_type}: {event.reason}"
+            )
         self.before = after
 
 

@@ -14,18 +14,26 @@ from rackplane.engine import Engine
 from rackplane.models import (
     CancelReservation,
     CommandRejected,
+    Health,
     JobKind,
     JobPlaced,
     JobPreempted,
+    MigrateSlice,
     NodeCordoned,
+    NodeSwapped,
     PlaceJob,
     PolicySettings,
+    RackHealth,
     RegisterTopology,
+    ReportNodeHealth,
+    ReportRackHealth,
     ReservationStarted,
     Reserve,
     SliceAssignment,
+    SliceMigrated,
     StartJob,
     SubmitJob,
+    SwapNode,
 )
 from rackplane.policies import preset
 from rackplane.projections.snapshot import decode_state, encode_state
@@ -189,3 +197,121 @@ def test_overlapping_reservations_keep_the_nodes_cordoned_until_the_last_one_end
     clock.now = later
     engine.wake()
     assert not any(engine.state.nodes[n].cordoned for n in nodes("r02", 1, 18))
+
+
+# Work already running that moves: a swap, a slice migration, a defrag's re-placements. Each
+# takes reserved nodes only when its limit (counted from its start; from now for work placed
+# again) ends by the reservation's start, and the controller refuses the rest.
+
+HOURS = timedelta(hours=1)
+
+
+def started(engine: Engine, job_id: str, nodes_: int, **fields: object) -> None:
+    engine.handle(cmd(SubmitJob, job=job(job_id, nodes_, **fields)))
+    engine.handle(cmd(StartJob, job=job_id))
+    assert engine.state.jobs[job_id].status.value == "running"
+
+
+@pytest.mark.parametrize(
+    ("limit", "moved"),
+    [(None, False), (3 * HOURS, True), (5 * HOURS, False)],
+    ids=["no limit: re-queued", "ends by the start: migrates", "runs past it: re-queued"],
+)
+def test_a_slice_migrates_onto_reserved_nodes_only_if_its_job_ends_by_the_start(
+    limit: timedelta | None, moved: bool
+) -> None:
+    engine, _ = reserved()  # r02 from T0 + 4 h
+    started(engine, "a", 8, time_limit=limit)
+    assert engine.state.jobs["a"].slices[0].racks == ("r01",)
+    events = engine.handle(cmd(ReportRackHealth, rack="r01", health=RackHealth.FAILED))
+    a = engine.state.jobs["a"]
+    if moved:
+        assert [e.type for e in events if isinstance(e, SliceMigrated)] == ["SliceMigrated"]
+        assert a.slices[0].racks == ("r02",)
+    else:
+        assert not [e for e in events if isinstance(e, SliceMigrated)]
+        assert [(e.job, e.cause) for e in events if isinstance(e, JobPreempted)] == [
+            ("a", "failure")
+        ]
+        assert a.status.value == "queued"
+    assert not [e for e in events if isinstance(e, CommandRejected)]
+    check_invariants(engine.state, events)
+
+
+@pytest.mark.parametrize(
+    ("limit", "swapped"),
+    [(None, False), (2 * HOURS, True)],
+    ids=["no limit: not onto the reserved spares", "ends by the start: swapped"],
+)
+def test_a_swap_takes_a_reserved_spare_only_if_the_job_ends_by_the_start(
+    limit: timedelta | None, swapped: bool
+) -> None:
+    engine, _ = cluster()
+    started(engine, "a", 16, slice_size=16, time_limit=limit)
+    assert engine.state.jobs["a"].slices[0].nodes == nodes("r01", 1, 16)
+    spares = nodes("r01", 17, 18)  # r01's spares, reserved once the job runs
+    engine.handle(cmd(Reserve, reservation="spares", nodes=spares, start=START, end=END))
+    events = engine.handle(cmd(ReportNodeHealth, node="r01-n05", health=Health.FAILED))
+    swaps = [e for e in events if isinstance(e, NodeSwapped)]
+    a = engine.state.jobs["a"]
+    if swapped:
+        assert [(e.old_node, e.new_node) for e in swaps] == [("r01-n05", "r01-n18")]
+    else:
+        assert not swaps  # r01's only free nodes are reserved: the slice moves to r02
+        assert a.slices[0].racks == ("r02",)
+    assert not set(a.nodes) & set(spares) or swapped
+    assert not [e for e in events if isinstance(e, CommandRejected)]
+    check_invariants(engine.state, events)
+
+
+def test_the_controller_refuses_a_swap_or_a_migration_onto_nodes_a_reservation_keeps() -> None:
+    engine, _ = cluster()
+    started(engine, "a", 16, slice_size=16)  # on r01, no time limit
+    engine.handle(cmd(Reserve, reservation="r2", racks=("r02",), start=START, end=END))
+    engine.handle(cmd(Reserve, reservation="sp", nodes=nodes("r01", 17, 18), start=START, end=END))
+    (swap,) = engine.handle(
+        cmd(SwapNode, job="a", slice=0, old_node="r01-n05", new_node="r01-n18",
+            actor="policy:spare_swap")
+    )  # fmt: skip
+    assert isinstance(swap, CommandRejected) and swap.code == "reserved"
+    assert "r01-n18 is reserved (sp)" in swap.reason
+    (move,) = engine.handle(
+        cmd(MigrateSlice, job="a", slice=0, nodes=nodes("r02", 1, 16), actor="policy:spare_swap")
+    )
+    assert isinstance(move, CommandRejected) and move.code == "reserved"
+    assert "is reserved (r2)" in move.reason and "has no time limit" in move.reason
+
+
+@pytest.mark.parametrize(
+    ("limit", "planned"),
+    [(None, False), (HOURS, True)],
+    ids=["victim without a limit: no plan", "victim ends by the start: re-placed there"],
+)
+def test_defrag_re_places_a_victim_on_reserved_nodes_only_if_it_ends_by_the_start(
+    limit: timedelta | None, planned: bool
+) -> None:
+    """Four racks: r01-r03 each run a slice of 10 (6 usable left each, 18 in all); r04 is
+    reserved. A hero of 16 without a limit is blocked by topology; freeing a rack means
+    moving its slice of 10, and only r04 has room for it."""
+    clock = Clock()
+    policies, chosen = preset("tas+spares+defrag", PolicySettings(slice_size=16))
+    engine = Engine(CLUSTER, clock=clock, policies=policies)
+    racks = [rack(f"r0{i}") for i in range(1, 5)]
+    engine.handle(cmd(RegisterTopology, topology=topology(*racks), settings=chosen))
+    for i in (1, 2, 3):
+        started(engine, f"v{i}", 10, slice_size=10, time_limit=limit, priority=0)
+    assert sorted(engine.state.jobs[f"v{i}"].slices[0].racks[0] for i in (1, 2, 3)) == [
+        "r01", "r02", "r03"
+    ]  # fmt: skip
+    engine.handle(cmd(Reserve, reservation="maint", racks=("r04",), start=START, end=END))
+    events = engine.handle(cmd(SubmitJob, job=job("hero", 16, slice_size=16, priority=5)))
+    preempted = [e.job for e in events if isinstance(e, JobPreempted)]
+    assert not [e for e in events if isinstance(e, CommandRejected)]
+    if planned:
+        (victim,) = preempted
+        assert engine.state.jobs[victim].slices[0].racks == ("r04",)
+        assert engine.state.jobs["hero"].status.value == "placed"
+    else:
+        assert preempted == []  # nothing to gain: no victim may go to r04
+        assert engine.state.jobs["hero"].status.value == "queued"
+    check_invariants(engine.state, events)
