@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from rackplane._errtext import named
 from rackplane.cli._config import ConfigFile, positive_seconds, settings
 from rackplane.cli._render import checked, console, errors, fail, message_of, print_json
 from rackplane.cli._run import run
@@ -189,7 +190,7 @@ def _send_all(
     except BrokerUnreachable as err:
         fail(f"cannot reach {broker}: {err}")
     except Exception as err:  # a broker that cannot be reached, said plainly
-        fail(f"cannot reach {broker}: {type(err).__name__}: {err}")
+        fail(f"cannot reach {broker}: {named(err)}")
 
 
 def _show(command: Command, events: list[Event], as_json: bool) -> None:
@@ -616,4 +617,4 @@ def _current_policy(s: RackplaneSettings, cluster: str, timeout: float) -> Polic
     except TimeoutError:
         fail(f"reading {config.topic('events')} on {s.broker} timed out")
     except Exception as err:  # a broker that cannot be reached, said plainly
-        fail(f"cannot reach {s.broker}: {type(err).__name__}: {err}")
+        fail(f"cannot reach {s.broker}: {named(err)}")

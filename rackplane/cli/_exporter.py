@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from rackplane._errtext import named
 from rackplane.cli._render import checked, console, errors, fail, print_json
 from rackplane.models import ClusterId, NodeId, NodeTelemetry
 
@@ -81,7 +82,7 @@ def _run(
     except KeyboardInterrupt:
         return
     except Exception as err:  # a broker that cannot be reached, said plainly
-        fail(f"cannot publish to {broker}: {type(err).__name__}: {err}")
+        fail(f"cannot publish to {broker}: {named(err)}")
     errors.print(f"[green]{n} samples published[/] to {config.topic('telemetry')}")
 
 

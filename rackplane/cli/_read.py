@@ -20,6 +20,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from rackplane._errtext import named
 from rackplane.cli._config import ConfigFile, positive_seconds, settings
 from rackplane.cli._render import (
     console,
@@ -95,7 +96,7 @@ def _read(s: RackplaneSettings, timeout: float, work: Callable[[LiveLog], Awaita
     except TimeoutError as err:
         fail(f"reading {config.topic('events')} on {s.broker}: {err or 'timed out'}")
     except KafkaError as err:
-        fail(f"cannot reach {s.broker}: {type(err).__name__}: {err}")
+        fail(f"cannot reach {s.broker}: {named(err)}")
 
 
 def _view(s: RackplaneSettings, cluster: str, timeout: float) -> ClusterView:

@@ -14,6 +14,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from rackplane._errtext import named
 from rackplane.cli._render import console, errors, fail, print_json
 
 DEFAULT_CLUSTER = Path("examples/gb200-128.yaml")
@@ -139,7 +140,7 @@ async def _supervise(worker: Any, stop: asyncio.Event) -> None:
         try:
             await asyncio.to_thread(worker.start)
         except Exception as err:  # said, and tried again a second later
-            errors.print(f"[red]worker did not come back:[/] {type(err).__name__}: {err}")
+            errors.print(f"[red]worker did not come back:[/] {named(err)}")
 
 
 async def _drive(

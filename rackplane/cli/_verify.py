@@ -12,6 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rackplane._errtext import named
 from rackplane.cli._config import ConfigFile, settings
 from rackplane.cli._history_common import DEFAULT_DB, Db, Json, busy, history, resolve_db
 from rackplane.cli._render import console, errors, fail, print_json
@@ -216,7 +217,7 @@ def _read_log(config: StreamConfig, trust: LogTrust | None) -> LogIndex:
         except ScanError as err:
             fail(f"{config.broker}: {err}")
         except Exception as err:  # a broker that cannot be reached, said plainly
-            fail(f"cannot read {topic} on {config.broker}: {type(err).__name__}: {err}")
+            fail(f"cannot read {topic} on {config.broker}: {named(err)}")
     return index
 
 

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from rackplane._errtext import named
+
 log = logging.getLogger("rackplane.worker")
 
 EXIT_FAILED = 70
@@ -52,7 +54,7 @@ def die(loop: str, err: BaseException) -> None:
     line = {
         "event": "worker.failed",
         "loop": loop,
-        "error": f"{type(err).__name__}: {err}",
+        "error": named(err),
         "exit": code,
     }
     log.critical("loop %s failed: %s: %s", loop, type(err).__name__, err, exc_info=err)

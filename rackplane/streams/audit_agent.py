@@ -45,6 +45,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 from pydantic import ValidationError
 
+from rackplane._errtext import named
 from rackplane.logtrust import Judge, LogTrust
 from rackplane.models import COMMANDS, REJECTIONS
 from rackplane.streams.audit import AuditSink
@@ -150,7 +151,7 @@ class AuditAgent:
                 break
             except Exception as err:  # whatever the sink raises: it stored nothing
                 now = self._clock()
-                self.last_error = f"{type(err).__name__}: {err}"
+                self.last_error = named(err)
                 self.retries += 1
                 if self.failing_since is None:
                     self.failing_since = self._wall()

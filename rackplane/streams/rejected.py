@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from rackplane._errtext import named
 from rackplane.models import REJECTIONS, Rejection
 from rackplane.models._text import LABEL_MAX, NOTE_MAX, describe_error, printable
 from rackplane.models.rejection import RAW_KEPT
@@ -31,7 +32,7 @@ def reason_of(err: Exception) -> str:
     """A short, readable reason: the first pydantic error with its location, or the message."""
     if isinstance(err, ValidationError):
         return describe_error(err)
-    return f"{type(err).__name__}: {err}"
+    return named(err)
 
 
 def rejection(
@@ -138,7 +139,7 @@ async def send_all(
             waited = time.monotonic() - started
             if waited > outage_limit:
                 raise Unavailable(
-                    f"the broker refused {what} for {waited:.0f} s: {type(err).__name__}: {err}"
+                    f"the broker refused {what} for {waited:.0f} s: {named(err)}"
                 ) from err
             if delay == 0.1:
                 log.warning("sending %s failed (%s: %s); retrying", what, type(err).__name__, err)

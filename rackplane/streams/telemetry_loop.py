@@ -32,6 +32,7 @@ from aiokafka.errors import (
     UnknownMemberIdError,
 )
 
+from rackplane._errtext import named
 from rackplane.streams._fatal import GuardedTask
 from rackplane.streams.agents import GpuManager
 
@@ -124,7 +125,7 @@ class TelemetryLoop(GuardedTask):
         except asyncio.CancelledError:
             raise
         except BaseException as err:
-            self.failed = f"{type(err).__name__}: {err}"
+            self.failed = named(err)
             raise
         finally:
             await consumer.stop()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import ValidationError
 
+from rackplane._errtext import named
 from rackplane.models import Command, Event, Rejection
 
 if TYPE_CHECKING:
@@ -225,9 +226,7 @@ class LiveSource:
         except (SourceError, asyncio.CancelledError):
             raise
         except Exception as err:  # the client's own error, said plainly
-            raise SourceError(
-                f"cannot reach {self.description}: {type(err).__name__}: {err}"
-            ) from err
+            raise SourceError(f"cannot reach {self.description}: {named(err)}") from err
         finally:
             self.connected = False
 
@@ -321,7 +320,7 @@ def history_source(path: Path, *, cluster: str | None = None) -> HistorySource:
     except said_plainly as err:
         raise SourceError(str(err)) from err
     except Exception as err:  # duckdb/parquet errors, said plainly
-        raise SourceError(f"{path}: cannot read history: {type(err).__name__}: {err}") from err
+        raise SourceError(f"{path}: cannot read history: {named(err)}") from err
     return HistorySource(
         events, cluster=cluster, rejections=rejections, live=False, description=f"history {path}"
     )

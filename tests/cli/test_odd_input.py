@@ -533,3 +533,4 @@ def test_a_broker_nothing_listens_on_is_one_line_without_library_noise(
     assert len(lines) == 1, done.stderr
     assert done.returncode == 2
     assert lines[0].startswith("error: cannot reach kafka://127.0.0.1:9")
+    assert lines[0].count("KafkaConnectionError") == 1, lines[0]  # said once, not twice
