@@ -83,6 +83,7 @@ from rackplane.streams._snapshot_records import (
     read_checkpoint,
     read_chunk,
 )
+from rackplane.streams.describe import DescribeError, describe_settled
 from rackplane.streams.eventlog import MARKER_HEADER
 
 __all__ = [
@@ -184,7 +185,10 @@ async def ensure_snapshots_topic(
         if code != TopicAlreadyExistsError.errno:
             name = for_code(code).__name__
             raise SnapshotTopicError(f"creating topic {topic}: {name} {''.join(message)}".strip())
-        [described] = await admin.describe_topics([topic])
+        try:  # made a moment ago by another worker, perhaps: the broker may not know it yet
+            [described] = await describe_settled(admin, [topic])
+        except DescribeError as err:
+            raise SnapshotTopicError(str(err)) from err
         found = len(described.get("partitions") or ())
         if found != partitions:
             raise SnapshotTopicError(

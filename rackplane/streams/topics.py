@@ -26,6 +26,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from rackplane.streams.config import StreamConfig
+from rackplane.streams.describe import DescribeError, describe_settled
 from rackplane.streams.snapshots import SnapshotTopicError, ensure_snapshots_topic
 
 log = logging.getLogger("rackplane.topics")
@@ -96,10 +97,11 @@ async def ensure_topics(config: StreamConfig) -> None:
 
 async def _check(admin: AIOKafkaAdminClient, config: StreamConfig) -> None:
     names = [config.topic(n) for n in SAME_PARTITIONS]
-    described = await admin.describe_topics(names)
+    try:
+        described = await describe_settled(admin, names)
+    except DescribeError as err:
+        raise TopicsError(str(err)) from err
     for topic in described:
-        if topic.get("error_code"):
-            raise TopicsError(f"topic {topic['topic']}: error {topic['error_code']} describing it")
         count = len(topic.get("partitions") or ())
         if count != config.partitions:
             raise TopicsError(
