@@ -1,10 +1,11 @@
 """Screenshots of the console's views for docs/tui/: SVG from Textual, PNG from resvg.
 
-Run: `.venv/bin/pip install resvg-py` once (a PyPI wheel: resvg, no system library), then
-`.venv/bin/python scripts/tui_screenshots.py [--racks 128] [--out docs/tui]`. The console runs
+Run: `.venv/bin/pip install -e '.[docs]'` once (resvg-py: a PyPI wheel of resvg, no system
+library), then `.venv/bin/python scripts/tui_screenshots.py [--racks 128] [--out docs/tui]`. The console runs
 headless at 200x60 on the demo source of `rackplane tui --demo 128`: the seeded story, then the
 in-process engine (`EngineSource`, mode DEMO), so the status line says what an operator sees.
-resvg-py is not among the dev extras; without it the script stops before writing anything.
+Without resvg-py the script stops before writing anything. Text is drawn in DejaVu Sans Mono
+(Debian's fonts-dejavu-core); resvg falls back to another monospace font where it is missing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ VIEWS = {
     "jobs": ("2",),
     "events": ("3",),
     "alerts": ("4",),
+    "queues": ("5",),
     "time-travel": ("g", "1", "5", "0", "enter", "n", "1"),
 }
 
@@ -51,7 +53,7 @@ def main() -> int:
     try:
         import resvg_py  # type: ignore[import-not-found]
     except ImportError:
-        print("needs resvg-py: .venv/bin/pip install resvg-py", file=sys.stderr)
+        print("needs resvg-py: .venv/bin/pip install -e '.[docs]'", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     for svg in asyncio.run(shoot(args.racks, args.out)):
