@@ -1,68 +1,141 @@
-"""`rackplane ...`: the command line. An adapter: it reads files, calls the core, renders."""
+"""`rackplane ...`: the command line. An adapter: it reads files, calls the core, renders.
+
+`main()` loads only the module of the command it runs (`_ONE_MODULE`: `submit` needs
+`_client`, not the simulator's, the console's or the history's commands), so an operator's
+every command does not pay for importing all the others; `--help`, a command not in the table
+and `rackplane.cli.app` (the tests' way in) build the whole CLI.
+"""
 
 from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
 
 import typer
 
 import rackplane
 from rackplane._gc import cycle_collection_paused
 
-# Importing the commands builds ~80 pydantic models and their schemas: objects that live as
-# long as the process, so the cyclic collector's walks over them free nothing and cost every
-# command 3-7% of its start (tests/cli/test_cli_imports.py: the collector runs again after).
-with cycle_collection_paused():
-    from rackplane.cli import (
-        _client,
-        _exporter,
-        _history,
-        _kube,
-        _rack,
-        _read,
-        _recorder,
-        _replay,
-        _sim,
-        _slurm,
-        _streams,
-        _tui,
-        _up,
-    )
-    from rackplane.cli._config import config_app
-    from rackplane.cli._demo import demo
-    from rackplane.cli._keys import keys_app
-    from rackplane.cli._topology import topology_app
+HELP = "Event-sourced control plane for rack-scale GPU clusters (NVL72 and alike)."
 
-app = typer.Typer(
-    name="rackplane",
-    help="Event-sourced control plane for rack-scale GPU clusters (NVL72 and alike).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+_MODULES = (
+    "_streams",
+    "_client",
+    "_rack",
+    "_read",
+    "_recorder",
+    "_up",
+    "_sim",
+    "_exporter",
+    "_tui",
+    "_replay",
+    "_history",
+    "_kube",
+    "_slurm",
 )
-app.add_typer(topology_app, name="topology")
-app.add_typer(config_app, name="config")
-app.add_typer(keys_app, name="keys")
-app.command()(demo)
-_streams.register(app)
-_client.register(app)
-_rack.register(app)
-_read.register(app)
-_recorder.register(app)
-_up.register(app)
-_sim.register(app)
-_exporter.register(app)
-_tui.register(app)
-_replay.register(app)
-_history.register(app)
-_kube.register(app)
-_slurm.register(app)
+"""The command modules with a `register(app)`, in the order the whole CLI adds them."""
+
+_ONE_MODULE = {
+    **dict.fromkeys(("broker", "worker"), "_streams"),
+    **dict.fromkeys(
+        (
+            "register",
+            "submit",
+            "cancel",
+            "cordon",
+            "uncordon",
+            "health",
+            "repair",
+            "allow-interactive",
+        ),
+        "_client",
+    ),
+    "rack-health": "_rack",
+    **dict.fromkeys(
+        (
+            "status",
+            "jobs",
+            "job",
+            "racks",
+            "rack",
+            "queues",
+            "reservations",
+            "reserve",
+            "unreserve",
+        ),
+        "_read",
+    ),
+    "recorder": "_recorder",
+    "up": "_up",
+    **dict.fromkeys(("capacity", "reliability", "simulate"), "_sim"),
+    "exporter": "_exporter",
+    "tui": "_tui",
+    "replay": "_replay",
+    "history": "_history",
+    "kube": "_kube",
+    "slurm": "_slurm",
+}
+"""Command -> the one module that registers it (tests/cli/test_cli_imports.py checks each)."""
 
 
-@app.command()
+def build(modules: tuple[str, ...] = _MODULES, *, everything: bool = True) -> typer.Typer:
+    """The CLI with the commands of `modules` (and, when `everything`, the groups and
+    commands this package adds itself: topology, config, keys, demo, version)."""
+    app = typer.Typer(
+        name="rackplane",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    if not everything:
+        # A Typer app with a single command would run it without its name: a callback keeps
+        # `rackplane submit ...` a subcommand, as in the whole CLI.
+        app.callback(help=HELP)(_nothing)
+    # Importing the commands builds pydantic models and their schemas: objects that live as
+    # long as the process, so the cyclic collector's walks over them free nothing and cost
+    # every command 3-7% of its start (tests/cli/test_cli_imports.py: it runs again after).
+    with cycle_collection_paused():
+        if everything:
+            from rackplane.cli._config import config_app
+            from rackplane.cli._demo import demo
+            from rackplane.cli._keys import keys_app
+            from rackplane.cli._topology import topology_app
+
+            app.add_typer(topology_app, name="topology")
+            app.add_typer(config_app, name="config")
+            app.add_typer(keys_app, name="keys")
+            app.command()(demo)
+        for name in modules:
+            importlib.import_module(f"rackplane.cli.{name}").register(app)
+    if everything:
+        app.command()(version)
+    return app
+
+
+def _nothing() -> None:
+    """No options of its own: the subcommand does the work."""
+
+
 def version() -> None:
     """Print rackplane's version."""
     typer.echo(f"rackplane {rackplane.__version__}")
 
 
+def __getattr__(name: str) -> Any:
+    """`rackplane.cli.app`: the whole CLI, built on first use."""
+    if name == "app":
+        app = build()
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    module = _ONE_MODULE.get(sys.argv[1]) if len(sys.argv) > 1 else None
+    if module is None:
+        build()()
+    else:
+        build((module,), everything=False)()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,43 @@ def test_the_cyclic_collector_runs_again_once_the_cli_is_imported() -> None:
     code = "import gc, rackplane.cli; print(gc.isenabled())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def _command_names(app: Any) -> set[str]:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return set(group.commands)  # type: ignore[attr-defined]
+
+
+def test_each_command_the_table_names_is_registered_by_its_module_alone() -> None:
+    from rackplane import cli
+
+    by_module: dict[str, set[str]] = {}
+    for command, module in cli._ONE_MODULE.items():
+        by_module.setdefault(module, set()).add(command)
+    for module, commands in by_module.items():
+        assert _command_names(cli.build((module,), everything=False)) == commands, module
+
+
+def test_every_command_of_the_command_modules_is_in_the_table() -> None:
+    from rackplane import cli
+
+    own = _command_names(cli.build((), everything=True))
+    assert _command_names(cli.app) - own == set(cli._ONE_MODULE)
+
+
+def test_running_a_command_loads_only_its_module() -> None:
+    code = (
+        "import json, sys\n"
+        "sys.argv = ['rackplane', 'submit', '--help']\n"
+        "from rackplane.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    names = set(json.loads(out.stdout.splitlines()[-1]))
+    assert "Usage: rackplane submit" in out.stdout
+    assert "rackplane.cli._client" in names
+    others = {f"rackplane.cli.{m}" for m in ("_sim", "_tui", "_history", "_up", "_kube", "_demo")}
+    assert sorted(names & others) == []
