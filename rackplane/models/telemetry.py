@@ -17,7 +17,7 @@ from rackplane.models._text import Label
 class GpuSample(BaseModel):
     """One GPU's readings in a node sample."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     index: int = Field(ge=0, le=63)
     uuid: DeviceId | None = None
@@ -69,7 +69,7 @@ class GpuSample(BaseModel):
 class NodeTelemetry(BaseModel):
     """A node's sample: every GPU, at one instant."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     schema_version: int = Field(default=SCHEMA_VERSION, ge=1)
     cluster: ClusterId
