@@ -12,8 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from rackplane.streams import EmbeddedBroker
+
+# Hypothesis' deadline and its too_slow health check time each example: on a shared two-core
+# machine (CI, or a developer's while other work runs) they fail tests that assert nothing wrong.
+# Tests here assert behaviour, never time (benchmarks measure it: bench/).
+settings.register_profile("rackplane", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rackplane")
 
 ENV_VAR = "RACKPLANE_TEST_BROKER"
 
