@@ -147,6 +147,15 @@ def _what_if(events: list[Any], spec: str, json_out: bool) -> None:
     for metric, recorded, rerun, alt in report.rows():
         t.add_row(metric, _fmt(recorded), _fmt(rerun), _fmt(alt))
     console.print(t)
+    if report.rerun.queues or report.alternative.queues:
+        from rackplane.cli._sim import queues_table
+
+        for m, label in (
+            (report.rerun, f"re-run: {report.recorded_policy}"),
+            (report.alternative, f"what-if: {report.what_if}"),
+        ):
+            if m.queues:
+                console.print(queues_table(m, label))
     errors.print(
         "recorded: counted from the events; re-run: the recorded inputs simulated with the "
         "recorded policy; what-if: the same inputs under the change"

@@ -343,7 +343,7 @@ def simulate_command(
     console.print(_waits_table(report))
     for m in report.policies:
         if m.queues:
-            console.print(_queues_table(m))
+            console.print(queues_table(m))
     if plot is not None:
         console.print(f"plot written to {plot}")
 
@@ -390,11 +390,12 @@ def _waits_table(report: SimReport) -> Table:
     return t
 
 
-def _queues_table(m: PolicyMetrics) -> Table:
-    """Queues side by side (columns), their figures as rows; Jain's index in the title."""
+def queues_table(m: PolicyMetrics, label: str | None = None) -> Table:
+    """Queues side by side (columns), their figures as rows; Jain's index in the title,
+    with `label` (default: the run's policy) saying which run it is."""
     jain = "-" if m.jain_index is None else f"{m.jain_index:.3f}"
     t = _side_by_side(
-        f"Queues ({m.policy}): Jain's fairness index {jain}",
+        f"Queues ({label or m.policy}): Jain's fairness index {jain}",
         "queue",
         [q.queue for q in m.queues],
         caption=(

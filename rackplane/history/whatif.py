@@ -330,9 +330,10 @@ class WhatIfReport:
     alternative: PolicyMetrics
 
     def rows(self) -> list[tuple[str, Any, Any, Any]]:
-        """(metric, recorded, re-run, what-if) for every metric the simulator reports."""
+        """(metric, recorded, re-run, what-if) for every figure of the simulator's report
+        that is one number or count: per-queue figures (`rerun.queues`) come as tables."""
         a, b = self.rerun.model_dump(), self.alternative.model_dump()
-        skip = {"policy", "queue_wait_hours"}
+        skip = {"policy", "queue_wait_hours", "queues"}
         return [(k, self.recorded.get(k), a[k], b[k]) for k in a if k not in skip]
 
     def as_json(self) -> dict[str, Any]:

@@ -145,3 +145,50 @@ def test_export_then_replay_and_history_read_the_parquet_directory(
     assert code == 0 and json.loads(out)["events"] == len(recorded.events)
     code, _, err = run("history", "export", "--db", str(recorded.path), "--parquet", str(out_dir))
     assert code == 2 and "not an empty directory" in err
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recorded run on a shared cluster: team-b borrows team-a's quota for 100 h; team-a's
+    two jobs come back at hour 10 and reclaim two of team-b's four (tests/sim/test_queues.py)."""
+    from rackplane.history import DuckDBAuditSink
+    from rackplane.sim import ScenarioDoc, build_scenario
+    from rackplane.sim.simulator import Simulation
+    from tests.sim.test_queues import _doc
+
+    def jobs(queue: str, n: int, at: int, hours: int) -> list[dict[str, object]]:
+        one = {"submit_hours": at, "nodes": 16, "duration_hours": hours, "queue": queue}
+        return [one | {"class": queue, "checkpoint_minutes": 30} for _ in range(n)]
+
+    workload = {"classes": [], "jobs": jobs("team-b", 4, 0, 100) + jobs("team-a", 2, 10, 10)}
+    sim = Simulation(build_scenario(ScenarioDoc.model_validate(_doc(workload=workload))), POLICY)
+    path = tmp_path_factory.mktemp("history") / "shared.duckdb"
+    with DuckDBAuditSink(path, buffer=64) as sink:
+        sim.engine.sinks.append(sink.add_event)
+        sim.run()
+    return path
+
+
+def test_what_if_on_a_shared_cluster_prints_each_runs_queues(shared: Path) -> None:
+    code, out, err = run("replay", "--db", str(shared), "--what-if", "spares=1", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    queues = [
+        [(q["queue"], q["jobs_submitted"], q["preemptions"]) for q in data[run]["queues"]]
+        for run in ("rerun", "what_if_metrics")
+    ]
+    want = [("team-a", 2, {}), ("team-b", 4, {"reclaim": 2})]
+    assert queues == [want, want]
+    assert data["rerun"]["jain_index"] == pytest.approx(0.8, abs=1e-4)  # held 16 and 48 of 32
+    code, out, err = run("replay", "--db", str(shared), "--what-if", "spares=1")
+    assert code == 0, err
+    words = " ".join(out.split())  # a table's title wraps at its width
+    assert "Queues (re-run: tas+spares+defrag): Jain's fairness index 0.800" in words
+    assert "Queues (what-if: spares_per_rack=1): Jain's fairness index" in words
+    assert "preempted: reclaim" in out and "'queue': 'team-a'" not in out
+
+
+def test_what_if_without_queues_prints_no_queue_table(recorded: Recorded) -> None:
+    code, out, err = run("replay", "--db", str(recorded.path), "--what-if", "spares=0")
+    assert code == 0, err
+    assert "Queues (" not in out and "jain_index" in out
