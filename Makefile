@@ -74,6 +74,7 @@ test-faults: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench --only sim
+	$(BIN)/python -m bench --only scaling
 
 ## bench-kafka: the streaming benchmark on a real Apache Kafka 4.x (KRaft), fetched with Maven
 bench-kafka: $(VENV)/.dev

@@ -10,10 +10,11 @@ commands and `submit`, each a process of its own) by default; the Kubernetes ada
 real kube-apiserver (`--only kube`, under `make bench-k8s`, which starts the test control
 plane); Slurm alone against `rackplane slurm` on one job trace (`--only slurm`, under `make
 bench-slurm`, which starts the Slurm test cluster); the simulator (`--only sim`, a simulated
-year per row: minutes) runs on its own. Options: `--quick` (small sizes, for a smoke run),
-`--json FILE` (raw rows), `--only NAME`, `--broker URL` (the streaming and GPU Manager
-benchmarks on that broker; `make bench-kafka` runs the streaming one on an Apache Kafka 4.x
-started for it, as `make test-kafka` does).
+year per row: minutes) and the cost of each decision at 128-4,096 racks (`--only scaling`,
+`python -m bench.scaling --plot docs/scaling.png`) run on their own. Options: `--quick`
+(small sizes, for a smoke run), `--json FILE` (raw rows), `--only NAME`, `--broker URL` (the
+streaming and GPU Manager benchmarks on that broker; `make bench-kafka` runs the streaming
+one on an Apache Kafka 4.x started for it, as `make test-kafka` does).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "placement",
             "defrag",
             "queues",
+            "scaling",
             "sim",
             "streams",
             "fetchwait",
@@ -136,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         "cluster `make bench-slurm` starts)",
     )
     args = parser.parse_args(argv)
+    if args.only == "scaling":  # minutes: the curve of docs/scaling.png
+        from bench import scaling
+
+        return scaling.main(["--racks", "128,512"] if args.quick else [])
     if args.only == "sim":
         from bench import sim
 
