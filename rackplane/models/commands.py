@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter
 
 from rackplane.models._envelope import CommandEnvelope
-from rackplane.models._ids import Id, JobId, NodeId, PodRef, RackId
+from rackplane.models._ids import Actor, Id, JobId, NodeId, PodRef, QueueName, RackId
 from rackplane.models._text import Reason
 from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.keys import KeyId, TrustedKey
@@ -19,6 +19,7 @@ from rackplane.models.settings import PolicySettings
 from rackplane.models.topology import Topology
 from rackplane.models.values import (
     MAX_ALTERNATIVES,
+    MAX_MEMBERS,
     BlockReason,
     DefragAlternative,
     Health,
@@ -180,9 +181,12 @@ class ReportRackHealth(CommandEnvelope):
 class Reserve(CommandEnvelope):
     """Hold racks or nodes from `start` to `end` (an admin command): maintenance, or a hero
     run's room. From now on no work is placed there that would run past `start` (work
-    without a time limit never is); at `start` the nodes are cordoned and restartable work
-    still on them is preempted (what cannot be preempted keeps running and is named); at
-    `end` the cordons are lifted."""
+    without a time limit never is). A maintenance reservation (no `users`, no `queues`): at
+    `start` the nodes are cordoned and restartable work still on them is preempted (what
+    cannot be preempted keeps running and is named); at `end` the cordons are lifted. A
+    dedicated one (`users` or `queues`, like Slurm's Users=/Accounts=): at `start` nothing is
+    cordoned; jobs naming it (`JobSpec.reservation`) run there until `end`, everyone else's
+    restartable work is preempted and kept off."""
 
     type: Literal["Reserve"] = "Reserve"
     reservation: Id
@@ -191,6 +195,10 @@ class Reserve(CommandEnvelope):
     start: AwareDatetime
     end: AwareDatetime
     reason: Reason = ""
+    users: tuple[Actor, ...] = Field(default=(), max_length=MAX_MEMBERS)
+    """Job owners (`JobSpec.owner`) who may run in it."""
+    queues: tuple[QueueName, ...] = Field(default=(), max_length=MAX_MEMBERS)
+    """Leaf queues whose jobs may run in it."""
 
 
 class CancelReservation(CommandEnvelope):

@@ -10,13 +10,24 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter
 
 from rackplane.models._envelope import EventEnvelope
-from rackplane.models._ids import Actor, CommandId, CommandType, Id, JobId, NodeId, PodRef, RackId
+from rackplane.models._ids import (
+    Actor,
+    CommandId,
+    CommandType,
+    Id,
+    JobId,
+    NodeId,
+    PodRef,
+    QueueName,
+    RackId,
+)
 from rackplane.models._text import Note
 from rackplane.models.jobs import MAX_JOB_NODES, MAX_SLICE_NODES, JobSpec
 from rackplane.models.settings import PolicySettings
 from rackplane.models.topology import Topology
 from rackplane.models.values import (
     MAX_ALTERNATIVES,
+    MAX_MEMBERS,
     BlockReason,
     DefragAlternative,
     PlacedSlice,
@@ -277,7 +288,8 @@ class SliceDegraded(EventEnvelope):
 
 
 class ReservationMade(EventEnvelope):
-    """Nodes are reserved from `start` to `end` (`Reserve`; racks given as their nodes)."""
+    """Nodes are reserved from `start` to `end` (`Reserve`; racks given as their nodes), for
+    maintenance (no `users`, no `queues`) or for the jobs of `users` and `queues`."""
 
     type: Literal["ReservationMade"] = "ReservationMade"
     reservation: Id
@@ -285,12 +297,15 @@ class ReservationMade(EventEnvelope):
     start: AwareDatetime
     end: AwareDatetime
     reason: Note = ""
+    users: tuple[Actor, ...] = Field(default=(), max_length=MAX_MEMBERS)
+    queues: tuple[QueueName, ...] = Field(default=(), max_length=MAX_MEMBERS)
 
 
 class ReservationStarted(EventEnvelope):
     """A reservation's start came: its nodes are cordoned (`NodeCordoned` follows for each
-    in `cordoned`) and its restartable work preempted (`JobPreempted`, cause `reservation`,
-    from the `reservations` policy); `staying` cannot be."""
+    in `cordoned`; none for a dedicated reservation, whose members run there) and its
+    restartable work preempted (`JobPreempted`, cause `reservation`, from the `reservations`
+    policy; never its members' jobs); `staying` cannot be, or are its members'."""
 
     type: Literal["ReservationStarted"] = "ReservationStarted"
     reservation: Id

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rackplane.models._ids import Actor, JobId, QueueName
+from rackplane.models._ids import Actor, Id, JobId, QueueName
 from rackplane.models._text import Label
 
 DEFAULT_SLICE_SIZE = 16
@@ -55,6 +55,9 @@ class JobSpec(BaseModel):
     queue: QueueName | None = None
     """The leaf queue it runs under (`PolicySettings.queues`); None takes the cluster's
     default queue. The spec in a `JobSubmitted` event has it resolved where queues are set."""
+    reservation: Id | None = None
+    """The dedicated reservation it runs in (`Reserve` with users or queues naming its owner
+    or its queue): placed only on its nodes, once it has started. None: anywhere else."""
 
     @model_validator(mode="after")
     def _check_shape(self) -> JobSpec:

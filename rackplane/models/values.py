@@ -13,6 +13,8 @@ from rackplane.models.jobs import MAX_SLICE_NODES
 
 MAX_ALTERNATIVES = 16
 """Defrag alternatives a plan records (the search keeps a few: `ALTERNATIVES_KEPT`)."""
+MAX_MEMBERS = 256
+"""Users, and queues, a reservation names (`Reserve.users`, `Reserve.queues`)."""
 
 
 class Health(StrEnum):
@@ -88,10 +90,11 @@ reclaim: the job ran on quota its queue borrowed, which a guaranteed job of the 
 needs back; priority: a higher-priority guaranteed job of its own queue needs its nodes;
 reservation: a reservation of its nodes started (`ReservationStarted`)."""
 
-BlockReason = Literal["capacity", "topology", "quota"]
+BlockReason = Literal["capacity", "topology", "quota", "reservation"]
 """capacity: too few allocatable nodes in total; topology: enough in total, not rack-shaped;
 quota: its queue (or a queue above it) is at its nominal plus borrowing limit, or nothing is
-left to borrow."""
+left to borrow; reservation: it runs in a reservation (`JobSpec.reservation`) that has not
+started yet, or is over (ended or cancelled)."""
 
 PlanCause = Literal["defrag", "reclaim", "priority"]
 """Why a plan preempts (`DefragPlanned.cause`): the `JobPreempted` causes of its victims."""
@@ -141,6 +144,8 @@ RejectionCode = Literal[
     "kind_not_allowed",
     "over_quota",
     "queue_in_use",
+    "unknown_reservation",
+    "not_in_reservation",
 ]
 
 

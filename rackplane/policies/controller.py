@@ -344,6 +344,7 @@ def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
     if spec.slice_size is None:
         spec = spec.model_copy(update={"slice_size": s.settings.slice_size})
     spec = _resolve_queue(s, spec)
+    windows.check_member(s, spec)
     size = spec.slice_sizes[0]
     if spec.min_nodes_per_slice is not None and spec.min_nodes_per_slice > size:
         chk.reject(
@@ -525,6 +526,7 @@ def _block_job(s: ClusterState, c: BlockJob, out: Emitter) -> None:
         and b.reason == c.reason
         and b.allocatable_nodes == c.allocatable_nodes
         and b.placeable_slices == c.placeable_slices
+        and (b.explanation == c.explanation or c.reason != "reservation")
     ):
         chk.ignore(f"job {c.job} is already blocked for the same reason with the same numbers")
     out.emit(

@@ -425,7 +425,8 @@ class Defrag:
             return []
         # The head of the blocked line (in queue order) gets the plan, or nobody does: the
         # first queued job blocked by topology that holds no reservation (found in one pass,
-        # without sorting the queue).
+        # without sorting the queue). A job that runs in a reservation (`JobSpec.reservation`)
+        # waits for room there: a plan would make it elsewhere.
         holders = set(state.reservations.values())
         blocked = [
             j
@@ -434,6 +435,7 @@ class Defrag:
             and j.blocked is not None
             and j.blocked.reason == "topology"
             and j.id not in holders
+            and j.spec.reservation is None
         ]
         if not blocked:
             return []

@@ -125,9 +125,15 @@ def next_plan(state: ClusterState, *, now: datetime) -> ReclaimPlan | None:
 
 def _owed(book: QueueBook, job: JobState) -> bool:
     """A blocked job that may preempt: guaranteed and blocked by room, or in a queue that
-    preempts by priority and fitting its nominal."""
+    preempts by priority and fitting its nominal. Not a job that runs in a reservation: its
+    room is there, not on what others borrowed."""
     queue = job.spec.queue
-    if job.status is not JobStatus.QUEUED or job.blocked is None or not book.leaf(queue):
+    if (
+        job.status is not JobStatus.QUEUED
+        or job.blocked is None
+        or job.spec.reservation is not None
+        or not book.leaf(queue)
+    ):
         return False
     assert queue is not None
     if book.specs[queue].preempt_lower_priority and job.spec.nodes <= book.nominal[queue]:

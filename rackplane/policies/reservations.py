@@ -4,10 +4,13 @@ A reservation (`Reserve`, an admin's) holds nodes from a start to an end. Before
 the scheduler places there only work whose time limit ends by then (`Window.keeps_from`; the
 controller refuses the rest), and so do swaps, migrations, reclaim and defrag (a running job's
 limit counts from its start: `state.kept_nodes`). When the start comes this policy proposes
-`StartReservation`: the controller cordons the nodes (`ReservationStarted`, `NodeCordoned`);
-then it preempts the restartable work still on them (`PreemptJobs`, cause `reservation`; what
-may never be preempted stays, named in `ReservationStarted.staying`). When the end comes it
-proposes `EndReservation`, which lifts the cordons the start made.
+`StartReservation`: the controller cordons the nodes of a maintenance reservation
+(`ReservationStarted`, `NodeCordoned`); a dedicated one (users or queues) stays uncordoned for
+the jobs that name it (`tas` places them there), everyone else kept off (`keeps_from`). Then
+it preempts the restartable work still on them that is not its members' (`PreemptJobs`, cause
+`reservation`; what may never be preempted stays, named in `ReservationStarted.staying`).
+When the end comes it proposes `EndReservation`, which lifts the cordons the start made (a
+dedicated one made none; its members' jobs keep running).
 
 The start and the end are times no event marks: `due` says when the next one comes, and the
 engine (`Engine.wake`) and the worker's `Ticker` offer the state again then.
@@ -28,7 +31,7 @@ from rackplane.models import (
     PreemptJobs,
     StartReservation,
 )
-from rackplane.policies._decide_windows import jobs_in, preemptible
+from rackplane.policies._decide_windows import drained, jobs_in
 from rackplane.policies._proposals import Proposals
 from rackplane.projections.state import ClusterState
 
@@ -52,7 +55,7 @@ class Reservations:
             elif not window.started and now >= window.start:
                 out.add(StartReservation, reservation=name)
             elif window.started:
-                victims = [j for j in jobs_in(state, window) if preemptible(state, j)]
+                victims = [j for j in jobs_in(state, window) if drained(state, window, j)]
                 if victims:
                     out.add(
                         PreemptJobs,

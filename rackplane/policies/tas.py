@@ -24,14 +24,18 @@ The scheduling cycle (run when something that frees nodes or adds work happens):
    cannot delay the head. A job without a limit never backfills.
 8. Reservations (`Reserve`): before one starts, a job that could run past its start (no
    time limit, or one that reaches it) is placed on a copy of the cycle's capacity without
-   the reserved nodes (`Withheld`); from the start the nodes are cordoned.
+   the reserved nodes (`Withheld`); from the start a maintenance reservation's nodes are
+   cordoned, and a dedicated one's are withheld from every job that does not name it. A job
+   that names one (`JobSpec.reservation`) is placed on a copy holding only its nodes (spares
+   of its racks kept back) while it runs, and blocked for `reservation` before its start
+   or once it is over.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from rackplane.models import (
@@ -68,6 +72,8 @@ TRIGGERS = frozenset(
         "RackDegraded",
         "RackRecovered",
         "DefragPlanned",
+        "ReservationStarted",
+        "ReservationEnded",
     }
 )
 
@@ -108,7 +114,7 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
     for job in line:
         if line.book is not None and line.refused(job, capacity):
             continue
-        if kept.windows:
+        if kept.applies(job):
             job_cap = kept.for_job(job)
             if job_cap is not capacity:
                 _place_around(out, kept, job_cap, job, line, reserved)
@@ -292,13 +298,15 @@ class FairLine:
 class Withheld:
     """The cycle's capacities for jobs that reservations keep from some nodes (step 8): per
     set of reservations that keep a job out, a copy of the cycle's capacity without their
-    nodes, kept in step with every placement of the cycle."""
+    nodes; per reservation jobs run in, a copy with only its nodes; each kept in step with
+    every placement of the cycle."""
 
     def __init__(self, state: ClusterState, capacity: Capacity) -> None:
         self.state = state
         self.capacity = capacity
-        # Started reservations hold cordoned nodes, which no placement takes; one whose node
-        # an operator uncordoned by hand still keeps work off it.
+        # Started maintenance reservations hold cordoned nodes, which no placement takes; one
+        # whose node an operator uncordoned by hand still keeps work off it. A started
+        # dedicated one keeps its uncordoned nodes from all but its jobs.
         self.windows = [
             w
             for w in state.windows.values()
@@ -306,11 +314,19 @@ class Withheld:
         ]
         self.copies: dict[frozenset[str], Capacity] = {}
 
-    def for_job(self, job: JobState) -> Capacity:
-        """The capacity `job` may use: the cycle's, or a copy without reserved nodes."""
+    def applies(self, job: JobState) -> bool:
+        """True when reservations may change where `job` goes."""
+        return bool(self.windows) or job.spec.reservation is not None
+
+    def for_job(self, job: JobState) -> Capacity | Unplaceable:
+        """The capacity `job` may use: the cycle's, or a copy without reserved nodes, or for a
+        job that names a reservation a copy with only its nodes (or why it waits)."""
         at = self.state.at
         assert at is not None
+        name = job.spec.reservation
         keys = frozenset(w.id for w in self.windows if w.keeps_from(job.spec, at))
+        if name is not None:
+            return self._inside(name, keys, at)
         if not keys:
             return self.capacity
         cap = self.copies.get(keys)
@@ -320,6 +336,33 @@ class Withheld:
             self.copies[keys] = cap
         return cap
 
+    def _inside(self, name: str, keys: frozenset[str], at: datetime) -> Capacity | Unplaceable:
+        """The capacity of a job that runs in reservation `name`: its nodes, less those other
+        reservations keep from the job. O(racks + the reservation's racks' nodes), once a
+        cycle per reservation."""
+        window = self.state.windows.get(name)
+        if window is None:
+            gone = f"reservation {name} is over (ended or cancelled): cancel the job or resubmit it"
+            return Unplaceable("reservation", 0, 0, gone)
+        waits = window.admits(at)
+        if waits is not None:
+            over = at >= window.end
+            waits += ": cancel the job or resubmit it" if over else "; the job waits for it"
+            return Unplaceable("reservation", 0 if over else len(window.nodes), 0, waits)
+        key = frozenset({f"in:{name}", *keys})
+        cap = self.copies.get(key)
+        if cap is None:
+            cap = self.capacity.copy()
+            nodes = self.state.nodes
+            racks = {nodes[n].rack for n in window.nodes}
+            index = self.capacity.index
+            cap.hold(r for r in cap.usable if r not in racks)
+            outside = (n for r in racks for n in index.rack(r).nodes if n not in window.nodes)
+            cap.withhold(outside)
+            cap.withhold(n for w in self.windows if w.id in keys for n in w.nodes)
+            self.copies[key] = cap
+        return cap
+
     def all(self) -> list[Capacity]:
         return list(self.copies.values())
 
@@ -327,25 +370,44 @@ class Withheld:
 def _place_around(
     out: Proposals,
     kept: Withheld,
-    cap: Capacity,
+    cap: Capacity | Unplaceable,
     job: JobState,
     line: FairLine,
     reserved: dict[RackId, JobId],
 ) -> None:
-    """Place (or block) a job some reservations keep from their nodes, on its own capacity
-    (step 8); a placement counts on every capacity of the cycle."""
+    """Place (or block) a job some reservations keep from their nodes, or one that runs in a
+    reservation, on its own capacity (step 8); a placement counts on every capacity of the
+    cycle."""
+    if isinstance(cap, Unplaceable):
+        # The same reason with another story (it was waiting for the start; now the
+        # reservation is over) is news: say it again.
+        b = job.blocked
+        if b is None or b.reason != cap.reason or b.explanation != cap.explanation:
+            out.add(
+                BlockJob,
+                job=job.id,
+                reason=cap.reason,
+                allocatable_nodes=cap.allocatable_nodes,
+                placeable_slices=cap.placeable_slices,
+                explanation=cap.explanation,
+                standing=line.standing(job),
+            )
+        return
     others = {r for r, j in reserved.items() if j != job.id}
     mine = [r for r, j in reserved.items() if j == job.id]
     sizes = job.spec.slice_sizes
     result = find_placement(cap, sizes, within=mine) if mine else None
     if not isinstance(result, Placement):
         result = find_placement(cap, sizes, exclude=others)
+    inside = job.spec.reservation
     if isinstance(result, Placement):
-        why = "; around reserved nodes"
+        why = f"; in reservation {inside}" if inside else "; around reserved nodes"
         placed = Placement(result.slices, result.racks, result.explanation + why)
         _place(out, kept.capacity, None, job, placed, borrowing=False, extra=kept.all())
         line.placed(job)
         return
+    if inside:
+        result = replace(result, explanation=f"{result.explanation} (in reservation {inside})")
     _block(out, job, result, line.standing)
 
 

@@ -26,7 +26,8 @@ The document, one JSON object:
 - `queues` (only when a queue ever held nodes; older documents lack it): [queue, nodes,
   average, since] per leaf queue (`ClusterState.queue_usage`);
 - `windows` (only while a reservation stands; older documents lack it): [id, nodes, start,
-  end, reason, started, cordoned] per reservation (`ClusterState.windows`);
+  end, reason, started, cordoned] per reservation (`ClusterState.windows`), then [users,
+  queues] for a dedicated one (older documents have none);
 - `seen`: `window`, and `recent` and `older`, each [count, ids (one string, one id a line;
   a list when an id holds a line break), seq deltas].
 """
@@ -141,7 +142,7 @@ def _windows_out(state: ClusterState) -> dict[str, Any]:
         return {}
     rows = [
         [w.id, sorted(w.nodes), _time(w.start), _time(w.end), w.reason, w.started,
-         sorted(w.cordoned)]
+         sorted(w.cordoned)] + ([list(w.users), list(w.queues)] if w.dedicated else [])
         for w in state.windows.values()
     ]  # fmt: skip
     return {"windows": rows}

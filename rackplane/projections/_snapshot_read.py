@@ -115,9 +115,10 @@ def from_document(doc: Any, where: list[str]) -> ClusterState:
 
 def _window_in(row: Any) -> tuple[str, Window]:
     row = _list(row)
-    if len(row) != 7:
-        raise Malformed("a reservation row has 7 fields")
-    name, nodes, start, end, reason, started, cordoned = row
+    if len(row) not in (7, 9):
+        raise Malformed("a reservation row has 7 fields, or 9 (a dedicated one)")
+    name, nodes, start, end, reason, started, cordoned, *members = row
+    users, queues = members or ([], [])
     window = Window(
         _str(name),
         frozenset(_str_list(nodes)),
@@ -126,6 +127,8 @@ def _window_in(row: Any) -> tuple[str, Window]:
         _str(reason),
         _bool(started),
         frozenset(_str_list(cordoned)),
+        tuple(_str_list(users)),
+        tuple(_str_list(queues)),
     )
     return window.id, window
 

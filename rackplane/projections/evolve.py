@@ -681,7 +681,9 @@ def _defrag_planned(b: _Builder, e: DefragPlanned) -> None:
 
 
 def _reservation_made(b: _Builder, e: ReservationMade) -> None:
-    window = Window(e.reservation, frozenset(e.nodes), e.start, e.end, e.reason)
+    window = Window(
+        e.reservation, frozenset(e.nodes), e.start, e.end, e.reason, users=e.users, queues=e.queues
+    )
     b.windows = b.windows.set(e.reservation, window)
 
 

@@ -111,7 +111,7 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
     BlockInfo: ("reason", "since", "allocatable_nodes", "placeable_slices", "explanation"),
     SeenCommands: ("recent", "older", "window"),
     QueueUsage: ("nodes", "average", "since"),
-    Window: ("id", "nodes", "start", "end", "reason", "started", "cordoned"),
+    Window: ("id", "nodes", "start", "end", "reason", "started", "cordoned", "users", "queues"),
 }
 """The fields the codec writes and reads, per record type, in order. A field added to one of
 these types must be taught to `_snapshot_doc.py` (writing) and `_snapshot_read.py` (reading)

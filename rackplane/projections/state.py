@@ -205,7 +205,8 @@ class QueueUsage(NamedTuple):
 
 
 class Window(NamedTuple):
-    """A reservation of nodes from `start` to `end` (`Reserve`)."""
+    """A reservation of nodes from `start` to `end` (`Reserve`): for maintenance, or, when it
+    names `users` or `queues`, dedicated to the jobs that name it (`JobSpec.reservation`)."""
 
     id: str
     nodes: frozenset[NodeId]
@@ -215,16 +216,40 @@ class Window(NamedTuple):
     started: bool = False
     cordoned: frozenset[NodeId] = frozenset()
     """The nodes its start cordoned (those not cordoned already): its end uncordons them."""
+    users: tuple[str, ...] = ()
+    """Job owners who may run in it."""
+    queues: tuple[str, ...] = ()
+    """Leaf queues whose jobs may run in it."""
+
+    @property
+    def dedicated(self) -> bool:
+        """True when it is someone's room (users or queues), not maintenance."""
+        return bool(self.users or self.queues)
+
+    def member(self, job: JobSpec) -> bool:
+        """True when `job` is its members' (owner or queue named): its start never preempts
+        it. Only a job that names it (`JobSpec.reservation`) is placed there."""
+        return job.reservation == self.id or job.owner in self.users or job.queue in self.queues
 
     def keeps_from(self, job: JobSpec, now: datetime, since: datetime | None = None) -> bool:
         """True when `job`, given nodes at `now`, may not use these nodes: the window has
         started, or the job could run past its start (it has no time limit, or one that
-        reaches it). Its limit counts from `since` (a running job's start), else from `now`."""
-        if now >= self.end:
+        reaches it). Its limit counts from `since` (a running job's start), else from `now`.
+        A job that names the window is never kept from it (where it may go: `admits`)."""
+        if now >= self.end or job.reservation == self.id:
             return False
         if self.started or now >= self.start:
             return True
         return job.time_limit is None or (since or now) + job.time_limit > self.start
+
+    def admits(self, now: datetime) -> str | None:
+        """None when a job naming the window may be placed on its nodes at `now` (started,
+        not over); else why not."""
+        if now >= self.end:
+            return f"reservation {self.id} ended at {self.end:%Y-%m-%d %H:%M}"
+        if not self.started:
+            return f"reservation {self.id} starts at {self.start:%Y-%m-%d %H:%M}"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,6 +99,7 @@ def describe(e: Event, subject: str = "") -> str:
             return (
                 f"submitted {j.id}: {j.nodes} nodes in slices of {j.slice_size}, {j.kind.value}, "
                 f"priority {j.priority}{f', queue {j.queue}' if j.queue else ''}"
+                f"{f', in reservation {j.reservation}' if j.reservation else ''}"
             )
         case JobBlocked():
             where = ""
@@ -193,9 +194,10 @@ def describe(e: Event, subject: str = "") -> str:
         case PolicyConfigured():
             return "policy settings changed"
         case ReservationMade():
+            who = ", ".join([*e.users, *(f"queue {q}" for q in e.queues)])
             return (
                 f"reservation {e.reservation}: {len(e.nodes)} nodes from {e.start:%Y-%m-%d %H:%M} "
-                f"to {e.end:%Y-%m-%d %H:%M}{_why(e.reason)}"
+                f"to {e.end:%Y-%m-%d %H:%M}{f' for {who}' if who else ''}{_why(e.reason)}"
             )
         case ReservationStarted():
             stay = f"; staying: {', '.join(e.staying)}" if e.staying else ""

@@ -5,7 +5,8 @@ tree drawn per example: two orgs, each with one or two teams, random quotas and 
 Checked after every event: what `check_invariants` checks (no queue past its nominal plus
 borrowing limit, queue usage equal to what its jobs hold), that reclaim preempts only
 borrowing work, for a guaranteed job, and that reserved nodes take no work that could run
-past the reservation's start, and none after it.
+past the reservation's start, and none after it but the jobs that name a dedicated one (for a
+user or a queue), which are placed only inside it while it runs and never preempted by it.
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ submit = st.tuples(
     st.sampled_from([JobKind.MANAGED] * 4 + [JobKind.INTERACTIVE, JobKind.INFERENCE]),
     st.integers(0, 2),
     st.sampled_from([None, 30, 120, 600]),
+    st.sampled_from(["alice", "bob"]),
+    st.sampled_from([False, False, True]),  # into a reservation it is a member of, if any
 )
+# Who a reservation is for: nobody (maintenance), a user, or a leaf queue.
+members = st.sampled_from([None, None, "alice", "a1", "b2"])
 step = st.one_of(
     submit,
     submit,
@@ -75,7 +80,13 @@ step = st.one_of(
     st.tuples(st.just("fail"), st.sampled_from(NODES)),
     st.tuples(st.just("finish"), st.integers(0, 50), st.sampled_from(["complete", "cancel"])),
     st.tuples(st.just("wait"), st.integers(1, 600)),
-    st.tuples(st.just("reserve"), st.sampled_from(RACKS), st.integers(0, 240), st.integers(1, 600)),
+    st.tuples(
+        st.just("reserve"),
+        st.sampled_from(RACKS),
+        st.integers(0, 240),
+        st.integers(1, 600),
+        members,
+    ),
 )
 
 
@@ -96,6 +107,7 @@ class Watch:
         self.plans: dict[str, str] = {}
         self.reclaims = 0
         self.starts = 0
+        self.inside = 0
 
     def __call__(self, event: Event) -> None:
         before, after = self.before, self.engine.state
@@ -136,6 +148,18 @@ class Watch:
             for w in before.windows.values():
                 if given & w.nodes:
                     assert not w.keeps_from(spec, event.at, since), f"{event.type} in {w.id}"
+            # A job that names a reservation is placed only inside it, while it runs.
+            if isinstance(event, JobPlaced) and spec.reservation is not None:
+                w = before.windows[spec.reservation]
+                assert w.started and event.at < w.end and given <= w.nodes, f"{event.job}"
+                self.inside += 1
+        # A reservation's start never preempts its members' jobs.
+        if isinstance(event, JobPreempted) and event.cause == "reservation":
+            victim = before.jobs[event.job]
+            assert any(
+                w.started and set(victim.nodes) & w.nodes and not w.member(victim.spec)
+                for w in before.windows.values()
+            ), f"member job {event.job} preempted by its reservation"
         if isinstance(event, CommandRejected):
             assert event.code != "reserved", (
                 f"a policy proposed {event.command_type}: {event.reason}"
@@ -161,15 +185,22 @@ def test_quotas_hold_and_reclaim_takes_only_borrowed_work(
     engine.sinks.append(watch)
     for i, s in enumerate(steps):
         match s:
-            case ("submit", queue, n, size, kind, prio, limit):
+            case ("submit", queue, n, size, kind, prio, limit, owner, inside):
                 spec = job(f"j{i}", n, slice_size=size, kind=kind, priority=prio, queue=queue,
-                           checkpoint_interval=timedelta(minutes=15),
+                           owner=owner, checkpoint_interval=timedelta(minutes=15),
                            time_limit=timedelta(minutes=limit) if limit else None)  # fmt: skip
+                rooms = sorted(w.id for w in engine.state.windows.values()
+                               if w.dedicated and w.member(spec))  # fmt: skip
+                if inside and rooms:
+                    spec = spec.model_copy(update={"reservation": rooms[0]})
                 command = cmd(SubmitJob, job=spec)
-            case ("reserve", r, after, minutes):
+            case ("reserve", r, after, minutes, member):
                 begins = clock.now + timedelta(minutes=after)
+                who = {} if member is None else (
+                    {"users": (member,)} if member == "alice" else {"queues": (member,)}
+                )  # fmt: skip
                 command = cmd(Reserve, reservation=f"w{i}", racks=(r.id,), start=begins,
-                              end=begins + timedelta(minutes=minutes))  # fmt: skip
+                              end=begins + timedelta(minutes=minutes), **who)  # fmt: skip
             case ("fail", node):
                 command = cmd(ReportNodeHealth, node=node, health=Health.FAILED, cause="XID 79")
             case ("finish", k, how):
@@ -186,3 +217,4 @@ def test_quotas_hold_and_reclaim_takes_only_borrowed_work(
     assert fold(initial_state(CLUSTER), log) == engine.state
     event(f"reclaims: {'some' if watch.reclaims else 'none'}")  # the statistics show both
     event(f"reservations started: {'some' if watch.starts else 'none'}")
+    event(f"jobs placed in their reservation: {'some' if watch.inside else 'none'}")

@@ -18,11 +18,13 @@ from rackplane.models import (
     JobKind,
     JobPlaced,
     JobPreempted,
+    JobSpec,
     MigrateSlice,
     NodeCordoned,
     NodeSwapped,
     PlaceJob,
     PolicySettings,
+    QueueSpec,
     RackHealth,
     RegisterTopology,
     ReportNodeHealth,
@@ -32,6 +34,7 @@ from rackplane.models import (
     SliceAssignment,
     SliceMigrated,
     StartJob,
+    StartReservation,
     SubmitJob,
     SwapNode,
 )
@@ -315,3 +318,208 @@ def test_defrag_re_places_a_victim_on_reserved_nodes_only_if_it_ends_by_the_star
         assert preempted == []  # nothing to gain: no victim may go to r04
         assert engine.state.jobs["hero"].status.value == "queued"
     check_invariants(engine.state, events)
+
+
+# Dedicated reservations: a hero run's room. r02 is reserved for alice (and queue pretrain
+# where queues are set) from T0 + 4 h to T0 + 6 h; a job that names it runs only there, only
+# then; everyone else is kept off from the start.
+#
+#   r01 [..................]   anyone
+#   r02 [..................]   hero: alice / pretrain, T0+4h .. T0+6h
+
+
+def hero_room(**settings: object) -> tuple[Engine, Clock]:
+    engine, clock = cluster(**settings)
+    queues = ("pretrain",) if settings.get("queues") else ()
+    events = engine.handle(cmd(Reserve, reservation="hero", racks=("r02",), start=START, end=END,
+                               users=("alice",), queues=queues, reason="70B run"))  # fmt: skip
+    assert [e.type for e in events] == ["ReservationMade"]
+    return engine, clock
+
+
+def hero_job(job_id: str = "h", **fields: object) -> JobSpec:
+    fields.setdefault("owner", "alice")
+    return job(job_id, 16, slice_size=16, reservation="hero", **fields)
+
+
+def test_a_hero_run_waits_for_its_reservation_then_lands_inside_it() -> None:
+    engine, clock = hero_room()
+    events = engine.handle(cmd(SubmitJob, job=hero_job()))
+    h = engine.state.jobs["h"]
+    assert h.status.value == "queued"  # r01 is empty, but the run is r02's
+    assert h.blocked is not None and h.blocked.reason == "reservation"
+    assert "reservation hero starts at" in h.blocked.explanation
+    assert f"{START:%Y-%m-%d %H:%M}" in h.blocked.explanation
+    clock.now = START
+    events = engine.wake()
+    (started,) = [e for e in events if isinstance(e, ReservationStarted)]
+    assert started.cordoned == ()  # its members must land there
+    (placed,) = [e for e in events if isinstance(e, JobPlaced)]
+    assert placed.job == "h" and placed.slices[0].nodes == nodes("r02", 1, 16)
+    assert "in reservation hero" in placed.explanation
+    engine.handle(cmd(StartJob, job="h"))
+    clock.now = END
+    events = engine.wake()
+    assert [e.type for e in events] == ["ReservationEnded"]  # nothing to uncordon
+    assert engine.state.jobs["h"].status.value == "running"  # it keeps running after the end
+    check_invariants(engine.state, events)
+
+
+def test_a_non_members_work_is_preempted_at_the_start_and_kept_off_while_a_members_stays() -> None:
+    engine, clock = cluster()
+    fill_r01(engine)
+    engine.handle(cmd(SubmitJob, job=job("bobs", 8, owner="bob")))
+    engine.handle(cmd(SubmitJob, job=job("alices", 8, owner="alice")))
+    for j in ("bobs", "alices"):
+        engine.handle(cmd(StartJob, job=j))
+        assert engine.state.jobs[j].slices[0].racks == ("r02",)
+    engine.handle(cmd(Reserve, reservation="hero", racks=("r02",), start=START, end=END,
+                      users=("alice",)))  # fmt: skip
+    clock.now = START
+    events = engine.wake()
+    (started,) = [e for e in events if isinstance(e, ReservationStarted)]
+    assert started.staying == ("alices",)  # a member's job: never preempted by it
+    assert not [e for e in events if isinstance(e, NodeCordoned)]
+    assert [(e.job, e.cause) for e in events if isinstance(e, JobPreempted)] == [
+        ("bobs", "reservation")
+    ]
+    assert engine.state.jobs["bobs"].status.value == "queued"  # r02 is alice's now
+    short = engine.handle(cmd(SubmitJob, job=job("quick", 8, owner="bob", time_limit=HOURS)))
+    assert not [e for e in short if isinstance(e, JobPlaced)]  # even short work stays off
+    assert not [e for e in short if isinstance(e, CommandRejected)]
+    assert engine.state.jobs["alices"].status.value == "running"
+    clock.now = END
+    events = engine.wake()
+    assert not [e for e in events if e.type == "NodeUncordoned"]
+    placed = {e.job for e in events if isinstance(e, JobPlaced)}
+    assert "bobs" in placed  # the end frees r02 for everyone
+    assert engine.state.jobs["alices"].status.value == "running"
+    check_invariants(engine.state, events)
+
+
+def test_a_job_waiting_for_a_cancelled_reservation_is_blocked_saying_so() -> None:
+    engine, _ = hero_room()
+    engine.handle(cmd(SubmitJob, job=hero_job()))
+    events = engine.handle(cmd(CancelReservation, reservation="hero", reason="postponed"))
+    assert [e.type for e in events] == ["ReservationEnded", "JobBlocked"]
+    blocked = engine.state.jobs["h"].blocked
+    assert blocked is not None and blocked.reason == "reservation"
+    assert "reservation hero is over" in blocked.explanation
+    assert "cancel the job or resubmit it" in blocked.explanation
+    assert engine.state.jobs["h"].status.value == "queued"  # never placed elsewhere
+
+
+QUEUES = (
+    QueueSpec(name="research"),
+    QueueSpec(name="pretrain", parent="research"),
+    QueueSpec(name="eval", parent="research"),
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "code", "why"),
+    [
+        (job("x", 8, owner="alice", reservation="nope", queue="pretrain"), "unknown_reservation",
+         "no reservation nope"),
+        (job("x", 8, owner="alice", reservation="maint", queue="pretrain"), "not_in_reservation",
+         "is for maintenance"),
+        (job("x", 8, owner="bob", reservation="hero", queue="eval"), "not_in_reservation",
+         "is for user alice, queue pretrain; job x (owner bob, queue eval) is neither"),
+        (job("x", 8, owner="bob", reservation="hero", queue="pretrain"), None, ""),
+        (job("x", 8, owner="alice", reservation="hero", queue="eval"), None, ""),
+    ],
+    ids=["no such reservation", "a maintenance one", "neither owner nor queue",
+         "its queue is a member", "its owner is a member"],
+)  # fmt: skip
+def test_submitting_into_a_reservation_is_refused_unless_the_job_is_a_members(
+    spec: JobSpec, code: str | None, why: str
+) -> None:
+    engine, _ = hero_room(queues=QUEUES)
+    engine.handle(cmd(Reserve, reservation="maint", racks=("r01",), start=START, end=END))
+    events = engine.handle(cmd(SubmitJob, job=spec))
+    if code is None:
+        assert [e.type for e in events] == ["JobSubmitted", "JobBlocked"]
+        return
+    (rejected,) = events
+    assert isinstance(rejected, CommandRejected) and rejected.code == code
+    assert why in rejected.reason
+
+
+@pytest.mark.parametrize(
+    ("queue", "why"),
+    [("nope", "'nope' is not a queue"), ("research", "'research' has child queues")],
+)
+def test_a_reservation_for_an_unknown_or_parent_queue_is_refused(queue: str, why: str) -> None:
+    engine, _ = cluster(queues=QUEUES)
+    (rejected,) = engine.handle(cmd(Reserve, reservation="r", racks=("r02",), start=START,
+                                    end=END, queues=(queue,)))  # fmt: skip
+    assert isinstance(rejected, CommandRejected) and rejected.code == "unknown_queue"
+    assert why in rejected.reason
+
+
+@pytest.mark.parametrize(
+    ("started", "where", "why"),
+    [
+        (False, ("r02", 1, 16), "reservation hero starts at"),
+        (True, ("r01", 1, 16), "node r01-n01 is not in reservation hero"),
+        (True, ("r02", 1, 16), None),
+    ],
+    ids=["too early", "outside its nodes", "inside, once started"],
+)
+def test_the_controller_places_a_reservations_job_only_inside_it_once_started(
+    started: bool, where: tuple[str, int, int], why: str | None
+) -> None:
+    clock = Clock()
+    engine = Engine(CLUSTER, clock=clock, policies=[])  # no scheduler: the test places
+    engine.handle(cmd(RegisterTopology, topology=topology(rack("r01"), rack("r02")),
+                      settings=PolicySettings(slice_size=8)))  # fmt: skip
+    engine.handle(cmd(Reserve, reservation="hero", racks=("r02",), start=START, end=END,
+                      users=("alice",)))  # fmt: skip
+    engine.handle(cmd(SubmitJob, job=hero_job()))
+    if started:
+        clock.now = START
+        engine.handle(cmd(StartReservation, reservation="hero", actor="policy:reservations"))
+    slices = (SliceAssignment(nodes=nodes(*where)),)
+    events = engine.handle(cmd(PlaceJob, job="h", actor="policy:tas", slices=slices))
+    if why is None:
+        assert [e.type for e in events] == ["JobPlaced"]
+        return
+    (rejected,) = events
+    assert isinstance(rejected, CommandRejected) and rejected.code == "reserved"
+    assert why in rejected.reason
+
+
+def test_a_maintenance_reservation_still_cordons_and_keeps_everyone_off() -> None:
+    engine, clock = reserved()
+    clock.now = START
+    events = engine.wake()
+    (started,) = [e for e in events if isinstance(e, ReservationStarted)]
+    assert len(started.cordoned) == 18
+    assert not engine.state.windows["maint"].dedicated
+
+
+def test_a_dedicated_reservation_survives_a_snapshot() -> None:
+    engine, clock = hero_room(queues=QUEUES)
+    engine.handle(cmd(SubmitJob, job=hero_job(queue="pretrain")))
+    clock.now = START
+    engine.wake()
+    state = engine.state
+    assert state.windows["hero"].users == ("alice",)
+    assert state.windows["hero"].queues == ("pretrain",)
+    assert decode_state(encode_state(state)) == state
+
+
+def test_the_timeline_says_who_a_reservation_is_for_and_which_job_runs_in_it() -> None:
+    from rackplane.projections.timeline import describe
+
+    engine, _ = cluster(queues=QUEUES)
+    (made,) = engine.handle(cmd(Reserve, reservation="hero", racks=("r02",), start=START,
+                                end=END, users=("alice",), queues=("pretrain",)))  # fmt: skip
+    assert describe(made) == (
+        f"reservation hero: 18 nodes from {START:%Y-%m-%d %H:%M} to {END:%Y-%m-%d %H:%M} "
+        "for alice, queue pretrain"
+    )
+    submitted, _ = engine.handle(cmd(SubmitJob, job=hero_job(queue="pretrain")))
+    assert describe(submitted).endswith(", queue pretrain, in reservation hero")
+    (maint,) = engine.handle(cmd(Reserve, reservation="m", racks=("r01",), start=START, end=END))
+    assert " for " not in describe(maint)
