@@ -313,6 +313,10 @@ class Withheld:
             if not w.started or any(state.nodes[n].available for n in w.nodes)
         ]
         self.copies: dict[frozenset[str], Capacity] = {}
+        self.verdicts: dict[tuple[int, tuple[int, ...]], tuple[object, Unplaceable]] = {}
+        """Per copy and slice sizes, the last verdict and the view it was reached on: the
+        queue asks the same question job after job that does not fit (as step 4's verdicts).
+        A view stands until its capacity changes (`Capacity.cached_view`)."""
 
     def applies(self, job: JobState) -> bool:
         """True when reservations may change where `job` goes."""
@@ -398,7 +402,14 @@ def _place_around(
     sizes = job.spec.slice_sizes
     result = find_placement(cap, sizes, within=mine) if mine else None
     if not isinstance(result, Placement):
-        result = find_placement(cap, sizes, exclude=others)
+        view = cap.cached_view(others)
+        seen = kept.verdicts.get((id(cap), sizes))
+        if seen is not None and seen[0] is view:
+            result = seen[1]
+        else:
+            result = find_placement(cap, sizes, exclude=others)
+            if isinstance(result, Unplaceable):
+                kept.verdicts[(id(cap), sizes)] = (cap.cached_view(others), result)
     inside = job.spec.reservation
     if isinstance(result, Placement):
         why = f"; in reservation {inside}" if inside else "; around reserved nodes"
