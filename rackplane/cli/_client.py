@@ -298,6 +298,13 @@ def submit(
         str | None,
         typer.Option(help="The leaf queue it runs under (default: the cluster's default queue)."),
     ] = None,
+    reservation: Annotated[
+        str | None,
+        typer.Option(
+            help="Run in this reservation (one for the owner or the queue): only on its "
+            "nodes, from its start to its end."
+        ),
+    ] = None,
     name: Annotated[str, typer.Option(help="A human name.")] = "",
     owner: Annotated[str | None, typer.Option(help="Owner (default: the actor).")] = None,
     prefix: Prefix = None,
@@ -337,6 +344,7 @@ def submit(
                     ),
                     min_nodes_per_slice=min_nodes_per_slice,
                     queue=queue,
+                    reservation=reservation,
                     time_limit=_minutes(time_limit, "--time-limit"),
                     expected_duration=_minutes(expected_duration, "--expected-duration"),
                 )

@@ -2,8 +2,11 @@
 
 `reserve` sends `Reserve` (an admin command): from then on no work is placed on the nodes
 that could run past the start; at the start they are cordoned and restartable work on them
-is preempted; at the end the cordons are lifted. `unreserve` cancels one. `reservations`
-lists a cluster's, read from the live event log as `rackplane status` reads.
+is preempted; at the end the cordons are lifted. With `--user` or `--queue` it is a hero
+run's room instead: nothing is cordoned, jobs submitted with `--reservation NAME` by those
+users or in those queues run there from the start to the end, everyone else's work is
+preempted and kept off. `unreserve` cancels one. `reservations` lists a cluster's, read from
+the live event log as `rackplane status` reads.
 """
 
 from __future__ import annotations
@@ -71,6 +74,17 @@ def reserve(
     racks: Annotated[str, typer.Option(help="Comma-separated racks.")] = "",
     nodes: Annotated[str, typer.Option(help="Comma-separated nodes.")] = "",
     reason: Annotated[str, typer.Option(help="Why (maintenance, a hero run...).")] = "",
+    user: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A job owner who may run in it (repeatable); with --queue, or neither for "
+            "maintenance."
+        ),
+    ] = None,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(help="A leaf queue whose jobs may run in it (repeatable)."),
+    ] = None,
     broker: Broker = None,
     prefix: Prefix = None,
     actor: Actor = None,
@@ -79,7 +93,8 @@ def reserve(
     no_wait: NoWait = False,
     config_file: ConfigFile = None,
 ) -> None:
-    """Reserve racks or nodes from --start to --end (an admin command)."""
+    """Reserve racks or nodes from --start to --end (an admin command): for maintenance, or
+    for the jobs of --user / --queue that name it (submit --reservation)."""
     now = datetime.now(UTC)
     begins, ends = when(start, "--start", now), when(end, "--end", now)
     rack_ids = tuple(r for r in (x.strip() for x in racks.split(",")) if r)
@@ -98,6 +113,8 @@ def reserve(
         start=begins,
         end=ends,
         reason=reason,
+        users=tuple(user or ()),
+        queues=tuple(queue or ()),
     )
 
 
@@ -167,6 +184,8 @@ def reservations(
             "started": w.started,
             "cordoned": len(w.cordoned),
             "reason": w.reason,
+            "users": list(w.users),
+            "queues": list(w.queues),
         }
         for w in sorted(state.windows.values(), key=lambda w: (w.start, w.id))
     ]
@@ -177,7 +196,7 @@ def reservations(
         console.print(f"cluster {escape(cluster)} has no reservations")
         return
     t = Table(title=f"Reservations of {cluster}", title_justify="left", header_style="bold")
-    for col in ("reservation", "racks", "nodes", "start", "end", "state", "why"):
+    for col in ("reservation", "racks", "nodes", "start", "end", "state", "for", "why"):
         t.add_column(col, justify="right" if col == "nodes" else "left")
     for r in rows:
         shown = r["racks"]
@@ -188,6 +207,13 @@ def reservations(
             str(r["start"])[:16],
             str(r["end"])[:16],
             "started" if r["started"] else "waiting",
+            escape(members(r["users"], r["queues"])),
             escape(str(r["reason"])),
         )
     console.print(t)
+
+
+def members(users: list[str], queues: list[str]) -> str:
+    """Who may use a reservation, in words: 'alice, queue pretrain', or 'maintenance'."""
+    who = [*users, *(f"queue {q}" for q in queues)]
+    return ", ".join(who) if who else "maintenance"

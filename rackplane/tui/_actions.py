@@ -184,6 +184,8 @@ class ActionsApp(App[None]):
                 priority=_int(f["priority"], "priority"),
                 checkpoint_minutes=_float(f["checkpoint_minutes"]),
                 name=f["name"].strip(),
+                queue=f["queue"].strip() or None,
+                reservation=f["reservation"].strip() or None,
             )
 
         def done(command: Command | None) -> None:

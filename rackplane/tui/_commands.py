@@ -67,8 +67,11 @@ def submit(
     priority: int = 0,
     checkpoint_minutes: float | None = None,
     name: str = "",
+    queue: str | None = None,
+    reservation: str | None = None,
 ) -> SubmitJob:
-    """Queue a job (as `rackplane submit`).
+    """Queue a job (as `rackplane submit`), in `queue` (None: the cluster's default) and, when
+    given, in `reservation` (`submit --reservation`).
 
     Raises:
         ValueError: the spec is invalid (pydantic's ValidationError is a ValueError).
@@ -82,6 +85,8 @@ def submit(
         kind=kind,
         priority=priority,
         checkpoint_interval=timedelta(minutes=checkpoint_minutes) if checkpoint_minutes else None,
+        queue=queue,
+        reservation=reservation,
     )
     return SubmitJob(id=new_id(), cluster=cluster, actor=actor, job=spec)
 

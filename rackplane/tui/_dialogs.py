@@ -58,6 +58,8 @@ SUBMIT_FIELDS = (
     ("priority", "priority", "0"),
     ("checkpoint_minutes", "checkpoint every (minutes, empty: none)", "30"),
     ("name", "name", ""),
+    ("queue", "queue (empty: cluster default)", ""),
+    ("reservation", "reservation (empty: none)", ""),
 )
 
 

@@ -94,6 +94,25 @@ async def test_submit_form_sends_submit_job(make_app) -> None:  # type: ignore[n
     assert (sent.job.id, sent.job.nodes, sent.job.priority, sent.job.kind) == (
         "train-7", 32, 4, JobKind.MANAGED)  # fmt: skip
     assert sent.job.owner == ACTOR and sent.job.checkpoint_interval is not None
+    assert (sent.job.queue, sent.job.reservation) == (None, None)  # empty fields: none
+
+
+async def test_submit_form_sends_the_queue_and_the_reservation(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, source = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, SubmitScreen)
+        app.screen.query_one("#f-job", Input).value = "hero-1"
+        app.screen.query_one("#f-queue", Input).value = " pretrain "
+        app.screen.query_one("#f-reservation", Input).value = "hero"
+        await pilot.click("#confirm")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+    [sent] = source.sent
+    assert isinstance(sent, SubmitJob)
+    assert (sent.job.id, sent.job.queue, sent.job.reservation) == ("hero-1", "pretrain", "hero")
 
 
 async def test_an_invalid_form_says_why_and_sends_nothing(make_app) -> None:  # type: ignore[no-untyped-def]
