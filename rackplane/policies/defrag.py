@@ -3,8 +3,9 @@
 Algorithm overview (`plan_defrag`):
 
 1. Victims. Candidates are jobs that hold nodes, are `managed` (or `interactive` while an
-   operator allows it; `inference` never), and have a priority no higher than the blocked
-   job's. Preempting one costs its GPUs x (time since its last checkpoint + restart overhead),
+   operator allows it; `inference` never), have a priority no higher than the blocked
+   job's and do not run in a reservation (`JobSpec.reservation`: its room is there).
+   Preempting one costs its GPUs x (time since its last checkpoint + restart overhead),
    halved for each priority level below the blocked job's (lower priority is preferred) and
    multiplied by 1 + its earlier preemptions (the same job is not moved again and again).
 2. Options. For each slice of the blocked job, every healthy rack not reserved for another job
@@ -113,6 +114,8 @@ def _candidates(state: ClusterState, beneficiary: JobId, priority: int) -> list[
         if v.id == beneficiary or not v.status.holds_nodes or v.spec.priority > priority:
             continue
         if v.protected_by is not None:  # its disruption budget refuses: not a victim now
+            continue
+        if v.spec.reservation is not None:  # its room is its reservation: it is not moved
             continue
         kind = v.spec.kind
         if kind is JobKind.MANAGED or (kind is JobKind.INTERACTIVE and interactive_ok):

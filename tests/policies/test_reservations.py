@@ -523,3 +523,57 @@ def test_the_timeline_says_who_a_reservation_is_for_and_which_job_runs_in_it() -
     assert describe(submitted).endswith(", queue pretrain, in reservation hero")
     (maint,) = engine.handle(cmd(Reserve, reservation="m", racks=("r01",), start=START, end=END))
     assert " for " not in describe(maint)
+
+
+def test_defrag_does_not_move_a_job_out_of_its_reservation() -> None:
+    """Alice's job of 8 runs in her reservation on r02, bob's of 8 on r01; after the end,
+    bob's job of 16 is blocked by topology. Defrag moves bob's job, never alice's (though
+    its lower priority makes it the cheaper victim): a re-placement could take it out of its
+    room."""
+
+    engine, clock = hero_room()
+    clock.now = START
+    engine.wake()
+    engine.handle(cmd(SubmitJob, job=job("hers", 8, slice_size=8, owner="alice",
+                                         reservation="hero", priority=-1)))  # fmt: skip
+    engine.handle(cmd(StartJob, job="hers"))
+    assert engine.state.jobs["hers"].slices[0].racks == ("r02",)
+    engine.handle(cmd(SubmitJob, job=job("his", 8, slice_size=8, owner="bob")))
+    engine.handle(cmd(StartJob, job="his"))
+    assert engine.state.jobs["his"].slices[0].racks == ("r01",)
+    clock.now = END
+    engine.wake()
+    events = engine.handle(cmd(SubmitJob, job=job("big", 16, slice_size=16, owner="bob")))
+    assert [(e.job, e.cause) for e in events if isinstance(e, JobPreempted)] == [("his", "defrag")]
+    assert engine.state.jobs["hers"].slices[0].racks == ("r02",)
+    assert engine.state.jobs["big"].status.value == "placed"
+    assert not [e for e in events if isinstance(e, CommandRejected)]
+    check_invariants(engine.state, events)
+
+
+@pytest.mark.parametrize(
+    ("owner", "reservation", "moved"),
+    [("bob", None, False), ("alice", "hero", True)],
+    ids=["a non-member's slice is not moved in", "a member's job moves within the rules"],
+)
+def test_a_started_hero_room_takes_no_non_members_slice_when_its_rack_fails(
+    owner: str, reservation: str | None, moved: bool
+) -> None:
+    """r02 is alice's from START, when a job of 8 starts and then its rack fails: bob's, on
+    r01, is not migrated into alice's room (it is re-queued); alice's, in her room, migrates
+    to r01 like any job (moves of a running job follow the usual rules)."""
+    engine, clock = hero_room()
+    clock.now = START
+    engine.wake()
+    started(engine, "a", 8, owner=owner, reservation=reservation, time_limit=HOURS)
+    rack_of = engine.state.jobs["a"].slices[0].racks[0]
+    assert rack_of == ("r02" if reservation else "r01")
+    other = "r01" if reservation else "r02"
+    events = engine.handle(cmd(ReportRackHealth, rack=rack_of, health=RackHealth.FAILED))
+    a = engine.state.jobs["a"]
+    if moved:  # its own reservation never keeps it out; r01 is anyone's
+        assert a.slices[0].racks == (other,)
+    else:
+        assert a.status.value == "queued"  # r02 is alice's: not moved there
+    assert not [e for e in events if isinstance(e, CommandRejected)]
+    check_invariants(engine.state, events)
