@@ -313,6 +313,9 @@ class Withheld:
             if not w.started or any(state.nodes[n].available for n in w.nodes)
         ]
         self.copies: dict[frozenset[str], Capacity] = {}
+        self.counted: dict[RackId, int] = {}
+        """Per rack, the nodes the cycle's capacity had given when the copies last caught up
+        (a copy made later starts with them)."""
         self.verdicts: dict[tuple[int, tuple[int, ...]], tuple[object, Unplaceable]] = {}
         """Per copy and slice sizes, the last verdict and the view it was reached on: the
         queue asks the same question job after job that does not fit (as step 4's verdicts).
@@ -327,6 +330,7 @@ class Withheld:
         job that names a reservation a copy with only its nodes (or why it waits)."""
         at = self.state.at
         assert at is not None
+        self._catch_up()
         name = job.spec.reservation
         keys = frozenset(w.id for w in self.windows if w.keeps_from(job.spec, at))
         if name is not None:
@@ -369,6 +373,22 @@ class Withheld:
 
     def all(self) -> list[Capacity]:
         return list(self.copies.values())
+
+    def _catch_up(self) -> None:
+        """Deduct from every copy what the cycle placed on its own capacity since (a job no
+        reservation keeps out is placed there, not here): else a copy would offer those nodes
+        again, and the controller would refuse the second placement. O(racks placed on in
+        the cycle) per job, plus O(copies x a rack's nodes) per rack placed on since."""
+        seen = self.counted
+        for rack, ns in self.capacity.taken.items():
+            if seen.get(rack) == len(ns):
+                continue
+            seen[rack] = len(ns)
+            for cap in self.copies.values():
+                mine = cap.taken.get(rack, set())
+                new = [n for n in ns if n not in mine]
+                if new:
+                    cap.take(new)
 
 
 def _place_around(

@@ -577,3 +577,22 @@ def test_a_started_hero_room_takes_no_non_members_slice_when_its_rack_fails(
         assert a.status.value == "queued"  # r02 is alice's: not moved there
     assert not [e for e in events if isinstance(e, CommandRejected)]
     check_invariants(engine.state, events)
+
+
+def test_a_cycle_never_offers_a_node_twice_around_a_reservation() -> None:
+    """r02 is reserved from START. In one cycle: big (no limit) goes around r02 and does not
+    fit; short (ends by START) is placed on r01 by the main path; long (no limit) goes around
+    r02 again and must not be offered short's nodes."""
+    from rackplane.policies import schedule
+
+    engine = Engine(CLUSTER, clock=Clock(), policies=[])  # the test runs the cycle
+    engine.handle(cmd(RegisterTopology, topology=topology(rack("r01"), rack("r02")),
+                      settings=PolicySettings(slice_size=8)))  # fmt: skip
+    engine.handle(cmd(Reserve, reservation="maint", racks=("r02",), start=START, end=END))
+    engine.handle(cmd(SubmitJob, job=job("big", 32, slice_size=16)))
+    engine.handle(cmd(SubmitJob, job=job("short", 8, time_limit=HOURS)))
+    engine.handle(cmd(SubmitJob, job=job("long", 8)))
+    placed = {c.job: [n for s in c.slices for n in s.nodes]
+              for c in schedule(engine.state) if isinstance(c, PlaceJob)}  # fmt: skip
+    assert set(placed) == {"short", "long"}
+    assert not set(placed["short"]) & set(placed["long"])
