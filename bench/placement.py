@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench._clusters import blocked_by_topology, cluster
@@ -29,6 +30,19 @@ def timings(fn: Callable[[], object], repeat: int) -> list[float]:
         fn()
         out.append((time.perf_counter() - t) * 1e3)
     return out
+
+
+def timings_cpu(fn: Callable[[], object], repeat: int) -> tuple[list[float], list[float]]:
+    """Milliseconds per call, wall and CPU (this process), after one warm-up call. CPU time
+    is what to compare on a shared machine: it does not count time spent waiting for a core."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        cpu.append((time.process_time() - c) * 1e3)
+        wall.append((time.perf_counter() - t) * 1e3)
+    return wall, cpu
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -74,7 +88,8 @@ def placement_latency(
 
 
 def defrag_time(racks: tuple[int, ...], repeat: int, progress: Progress) -> list[dict[str, Any]]:
-    """p50/p99 of `plan_defrag` for one blocked 16-node job per cluster size."""
+    """p50/p99 of `plan_defrag` for one blocked 16-node job per cluster size, wall and CPU,
+    with the load average when the row was measured (wall times on a shared machine)."""
     rows = []
     for r in racks:
         progress(f"defrag: fragmented cluster of {r} racks")
@@ -85,7 +100,7 @@ def defrag_time(racks: tuple[int, ...], repeat: int, progress: Progress) -> list
             assert s.at is not None
             out.append(plan_defrag(s, "blocked", now=s.at))
 
-        ms = timings(once, repeat)
+        ms, cpu = timings_cpu(once, repeat)
         plan = plans[-1]
         rows.append(
             {
@@ -95,6 +110,11 @@ def defrag_time(racks: tuple[int, ...], repeat: int, progress: Progress) -> list
                 "victims": len(plan.victims) if plan is not None else 0,
                 "p50_ms": statistics.median(ms),
                 "p99_ms": pct(ms, 0.99),
+                "cpu_p50_ms": statistics.median(cpu),
+                "cpu_p99_ms": pct(cpu, 0.99),
+                "loadavg": float(Path("/proc/loadavg").read_text().split()[0])
+                if Path("/proc/loadavg").exists()
+                else None,
             }
         )
     return rows

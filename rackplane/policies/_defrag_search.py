@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
 from rackplane.models import DefragAlternative, JobId, RackId, TopologyIndex
-from rackplane.policies._defrag_seeds import Option, Seeds
+from rackplane.policies._defrag_seeds import Option, Ranked, Seeds
 from rackplane.policies.placement import Capacity
 from rackplane.projections.state import JobState
 
@@ -140,7 +140,7 @@ class Search:
     def __init__(
         self,
         seeds: Seeds,
-        ranked: list[JobId],
+        ranked: Ranked,
         chosen: list[JobId],
         cost: dict[JobId, float],
         index: TopologyIndex,
@@ -153,8 +153,7 @@ class Search:
         self.cost = cost
         self.index = index
         self.anchor = anchor
-        taken = set(chosen)
-        self.extras = [v for v in ranked if v not in taken]  # candidates by (cost, id)
+        self.extras = ranked  # candidates by (cost, id), none of `chosen`
         self.counter = itertools.count()
         self.seen: set[tuple[RackId, frozenset[JobId]]] = set()
         self.rejected: list[Option] = []
@@ -225,9 +224,9 @@ class Search:
         return (key, seed, extra, last, head, total, head_slack, slack)
 
     def __iter__(self) -> Iterator[Option]:
-        heap, extras, cost, seen, budget = self.heap, self.extras, self.cost, self.seen, self.budget
+        heap, cost, seen, budget = self.heap, self.cost, self.seen, self.budget
+        extra_at = self.extras.get
         delta = self.bound.victim
-        n = len(extras)
         pending = self.pending
         push, counter = heapq.heappush, self.counter
         while budget.left > 0:
@@ -237,12 +236,13 @@ class Search:
                 break
             rank, seed, extra, last, head, total, head_slack, slack = heapq.heappop(heap)
             nxt = last + 1
-            while nxt < n and extras[nxt] in seed.victims:
+            v = extra_at(nxt)
+            while v is not None and v in seed.victims:
                 nxt += 1
-            if nxt < n:
+                v = extra_at(nxt)
+            if v is not None:
                 # The children rank on the same rack as their parent: `_entry` without the
                 # lookups.
-                v = extras[nxt]
                 d = delta(seed.rack, v)
                 c = cost[v]
                 hops, order, size = rank[2], rank[3], len(seed.victims) + len(extra)
@@ -293,21 +293,52 @@ class Search:
             )
             for o in self.rejected
         ]
-        costlier = sorted(
-            (o for o in self.seeds.all() if (o.rack, o.victims) != (picked.rack, picked.victims)),
-            key=self._key,
-        )
-        for o in costlier:
-            if len(out) >= ALTERNATIVES_KEPT:
-                break
-            if o.cost >= picked.cost and (o.cost, o.rack, o.victims) not in self._rejected_keys:
-                out.append(
-                    DefragAlternative(
-                        target_racks=(o.rack,),
-                        victims=o.victims,
-                        cost_gpu_hours=sum(lost[v] for v in o.victims),
-                        why_not="costlier",
-                        score=o.cost,
-                    )
+        for o in self.costlier(picked, ALTERNATIVES_KEPT - len(out)):
+            out.append(
+                DefragAlternative(
+                    target_racks=(o.rack,),
+                    victims=o.victims,
+                    cost_gpu_hours=sum(lost[v] for v in o.victims),
+                    why_not="costlier",
+                    score=o.cost,
                 )
+            )
         return out
+
+    def costlier(self, picked: Option, want: int) -> list[Option]:
+        """The first `want` seeds in rank order (`seeds.all()` ranked by `_key`) that are not
+        `picked`, cost at least as much and were not rejected.
+
+        Only the racks whose bound can reach them are expanded: the ready ones and those the
+        search expanded, then the pending ones in order of bound until the bound passes the
+        `want`-th found (a rack's options cost at least its bound). Keys rank by (cost,
+        victims, hops, rack order, position among the rack's options), which is `_key`'s
+        order: rack order is unique, and the counter follows the options of a rack in turn.
+        """
+        if want <= 0:
+            return []
+        rejected, floor = self._rejected_keys, picked.cost
+        found: list[tuple[tuple[float, int, int, int, int], Option]] = []
+
+        def add(rack: RackId, options: list[Option]) -> None:
+            hops, order = self._placed(rack)
+            for pos, o in enumerate(options):
+                if o.cost < floor or (o.cost, o.rack, o.victims) in rejected:
+                    continue
+                if o.rack == picked.rack and o.victims == picked.victims:
+                    continue
+                found.append(((round(o.cost, 9), len(o.victims), hops, order, pos), o))
+
+        for o in self.seeds.ready:
+            add(o.rack, [o])
+        for rack, options in self.seeds.expanded.items():
+            add(rack, options)
+        for low, _, rack in reversed(self.pending):  # lowest bound first
+            if len(found) >= want:
+                found.sort(key=lambda f: f[0])
+                del found[want:]
+                if low > found[-1][0][0]:
+                    break
+            add(rack, self.seeds.expand(rack))
+        found.sort(key=lambda f: f[0])
+        return [o for _, o in found[:want]]

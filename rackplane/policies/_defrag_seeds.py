@@ -9,6 +9,7 @@ so most racks are never expanded (on a simulated year, ~2% of them were).
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Iterable
@@ -30,14 +31,41 @@ class Option:
 
 class RackVictims:
     """One plan's victims as the options see them: per rack, the nodes each would free, their
-    total, and the victims cheapest first; every victim ranked by (cost, id)."""
+    total, and the cheapest victim by (cost, id)."""
 
     def __init__(self, in_rack: dict[RackId, dict[JobId, int]], cost: dict[JobId, float]) -> None:
         self.in_rack = in_rack
         self.cost = cost
         self.total = {r: sum(per.values()) for r, per in in_rack.items()}
-        self.cheapest = {r: sorted(per, key=lambda v: (cost[v], v)) for r, per in in_rack.items()}
-        self.ranked = sorted(cost, key=lambda v: (cost[v], v))
+        self.cheapest = {r: min((cost[v], v) for v in per) for r, per in in_rack.items() if per}
+
+    def low(self, rack: RackId, taken: set[JobId]) -> float | None:
+        """The cost of the rack's cheapest victim not `taken`; None when there is none."""
+        best = self.cheapest.get(rack)
+        if best is None:
+            return None
+        if best[1] not in taken:
+            return best[0]
+        cost = self.cost
+        return min((cost[v] for v in self.in_rack[rack] if v not in taken), default=None)
+
+
+class Ranked:
+    """Victims in (cost, id) order, less `skip`, sorted only as far as read: one heapify
+    (O(victims)), then one pop per victim read; a search reads a few of thousands."""
+
+    def __init__(self, cost: dict[JobId, float], skip: Iterable[JobId] = ()) -> None:
+        skip = set(skip)
+        self._heap = [(c, v) for v, c in cost.items() if v not in skip]
+        heapq.heapify(self._heap)
+        self._read: list[JobId] = []
+
+    def get(self, i: int) -> JobId | None:
+        """The `i`-th victim, or None when there are no more than `i`."""
+        read, heap = self._read, self._heap
+        while len(read) <= i and heap:
+            read.append(heapq.heappop(heap)[1])
+        return read[i] if i < len(read) else None
 
 
 class Seeds:
@@ -56,7 +84,9 @@ class Seeds:
         self.racks = list(racks)
         self.ready: list[Option] = []
         self.pending: list[tuple[float, RackId]] = []
-        total, cheapest, cost = victims.total, victims.cheapest, victims.cost
+        self.expanded: dict[RackId, list[Option]] = {}
+        """The racks expanded so far, with their options (each rack's are built once)."""
+        total, low_of = victims.total, victims.low
         for r in self.racks:
             room = usable[r]
             if room >= size:
@@ -64,7 +94,7 @@ class Seeds:
                 continue
             if room + total.get(r, 0) < size:
                 continue  # even every victim of the rack would not make room
-            low = next((cost[v] for v in cheapest[r] if v not in taken), None)
+            low = low_of(r, taken)
             if low is not None:
                 # An option costs the sum of its victims' costs: at least the cheapest one
                 # when no cost is negative (none is: GPU-hours at risk, weighted).
@@ -72,8 +102,12 @@ class Seeds:
 
     def expand(self, rack: RackId) -> list[Option]:
         """The options of a rack that needs victims, in `options` order."""
-        v = self.victims
-        return rack_options(self.usable, rack, self.size, v.in_rack, v.cost, self.taken)
+        got = self.expanded.get(rack)
+        if got is None:
+            v = self.victims
+            got = rack_options(self.usable, rack, self.size, v.in_rack, v.cost, self.taken)
+            self.expanded[rack] = got
+        return got
 
     def all(self) -> list[Option]:
         """Every option, in `options` order."""

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from rackplane.models import JobId, RackId
 from rackplane.policies._defrag_search import MAX_EXTRAS, Budget, RoomBound, Search, room_for
-from rackplane.policies._defrag_seeds import Option, RackVictims, Seeds, minimal_subsets, options
+from rackplane.policies._defrag_seeds import (
+    Option,
+    RackVictims,
+    Ranked,
+    Seeds,
+    minimal_subsets,
+    options,
+)
 
 JOBS = [JobId(f"j{i}") for i in range(12)]
 
@@ -167,10 +174,52 @@ def test_the_lazy_search_visits_options_in_the_order_of_the_eager_one(
     assert seeds.all() == eager
     index = SimpleNamespace(rack_order={r: i for i, r in enumerate(RACKS)}, hops=None)
     bound = _bound(c, chosen, targets)
-    search = Search(seeds, offer.ranked, chosen, cost, index, None, Budget(tries), bound)
+    search = Search(seeds, Ranked(cost, chosen), chosen, cost, index, None, Budget(tries), bound)
     got: list[tuple[str, Option]] = []
-    search.failed = lambda o, counted=True: got.append(("skipped", o))  # type: ignore[method-assign]
+    failed = search.failed
+
+    def record(o: Option, counted: bool = True) -> None:
+        got.append(("skipped", o))
+        failed(o, counted=counted)
+
+    search.failed = record  # type: ignore[method-assign]
     for option in search:
         got.append(("yielded", option))
-    extras = [v for v in offer.ranked if v not in chosen]
+    extras = [v for v in sorted(cost, key=lambda v: (cost[v], v)) if v not in chosen]
     assert got == _eager_search(eager, extras, cost, bound, tries)
+    # The alternatives: the lazy pick of the costlier seeds is the eager sort's head.
+    if eager:
+        picked = data.draw(st.sampled_from(eager))
+        want = data.draw(st.integers(1, 4))
+        assert search.costlier(picked, want) == _eager_costlier(search, eager, picked, want)
+
+
+def _eager_costlier(search: Search, eager: list[Option], picked: Option, want: int) -> list[Option]:
+    """`Search.costlier` as first written: every seed ranked, then filtered."""
+    rank = {r: i for i, r in enumerate(RACKS)}
+    ranked = sorted(
+        enumerate(eager),
+        key=lambda p: (round(p[1].cost, 9), len(p[1].victims), 0, rank[p[1].rack], p[0]),
+    )
+    out = [
+        o
+        for _, o in ranked
+        if (o.rack, o.victims) != (picked.rack, picked.victims)
+        and o.cost >= picked.cost
+        and (o.cost, o.rack, o.victims) not in search._rejected_keys
+    ]
+    return out[:want]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(JOBS), st.sampled_from([0.0, 0.5, 1.0, 7.0])),
+    st.sets(st.sampled_from(JOBS)),
+)
+def test_ranked_victims_read_in_cost_then_id_order_without_the_skipped(
+    cost: dict[JobId, float], skip: set[JobId]
+) -> None:
+    ranked = Ranked(cost, skip)
+    want = [v for v in sorted(cost, key=lambda v: (cost[v], v)) if v not in skip]
+    assert [ranked.get(i) for i in range(len(want) + 2)] == [*want, None, None]
+    assert ranked.get(0) == (want[0] if want else None)  # reading again reads the same

@@ -1,0 +1,105 @@
+"""Step 1 of Auto Defrag (`count_victims`) against its plain definition, node by node.
+
+Clusters as in `test_defrag_quality` (random jobs placed by `tas`, some finished), then some
+nodes fail or are cordoned under their jobs and a reservation keeps some nodes: what the
+counted victims say must be what the victims' nodes, read one by one, say.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from rackplane.models import Health, JobId, NodeId, RackId
+from rackplane.policies._defrag_victims import count_victims
+from rackplane.policies.defrag import candidates, victim_weight
+from rackplane.projections import ClusterState
+from rackplane.projections.state import restart_cost
+from tests.policies.test_defrag_quality import add_hero, build, workload
+
+
+def _by_definition(
+    state: ClusterState, kept: frozenset[NodeId]
+) -> tuple[dict[JobId, float], dict[JobId, float], dict[JobId, dict[RackId, int]]]:
+    """Costs and freed nodes as first written: every victim's nodes read one by one."""
+    hero = state.jobs["hero"]
+    pool = candidates(state, hero)
+    lost = {v.id: restart_cost(state, v, state.at) for v in pool}  # type: ignore[arg-type]
+    cost = {v.id: lost[v.id] * victim_weight(v, hero.spec.priority) for v in pool}
+    freed_in: dict[JobId, dict[RackId, int]] = {}
+    for v in pool:
+        mine: dict[RackId, int] = {}
+        for n in v.nodes:
+            node = state.nodes[n]
+            if node.in_service and n not in kept:
+                mine[node.rack] = mine.get(node.rack, 0) + 1
+        if mine:
+            freed_in[v.id] = mine
+    return lost, cost, freed_in
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n_racks=st.integers(2, 5),
+    jobs=workload,
+    priority=st.integers(0, 3),
+    data=st.data(),
+)
+def test_counted_victims_are_what_their_nodes_say_one_by_one(  # type: ignore[no-untyped-def]
+    n_racks, jobs, priority, data
+):
+    state = add_hero(build(n_racks, 1, jobs, None), 4, priority)
+    if data.draw(st.booleans()):
+        state = _one_slice_across_racks(state)
+    held = sorted(n for n, node in state.nodes.items() if node.job is not None)
+    every = sorted(state.nodes)
+    # Some held nodes fail or are cordoned (before any swap), some nodes are kept.
+    down = data.draw(st.lists(st.sampled_from(held), unique=True, max_size=6)) if held else []
+    nodes = state.nodes
+    for i, n in enumerate(down):
+        change = {"health": Health.FAILED} if i % 2 else {"cordoned": True}
+        nodes = nodes.set(n, nodes[n]._replace(**change))
+    state = replace(state, nodes=nodes)
+    kept = frozenset(data.draw(st.lists(st.sampled_from(every), unique=True, max_size=8)))
+    got = count_victims(state, "hero", priority, state.at, kept)  # type: ignore[arg-type]
+    lost, cost, freed_in = _by_definition(state, kept)
+    assert sorted(got.by_id) == sorted(lost)
+    assert got.lost == lost  # exactly: the same operations in the same order
+    assert got.cost == cost
+    assert got.freed_in == freed_in
+    assert got.freed_total == {v: sum(per.values()) for v, per in freed_in.items()}
+    in_rack: dict[RackId, dict[JobId, int]] = {}
+    for v, per in freed_in.items():
+        for r, k in per.items():
+            in_rack.setdefault(r, {})[v] = k
+    assert got.in_rack == in_rack
+    assert got.demand == {v: state.jobs[v].spec.nodes for v in lost}
+    event("victims free nodes" if freed_in else "no victim frees a node")
+    event("a slice spans racks" if _spans(state) else "every slice in one rack")
+
+
+def _spans(state: ClusterState) -> bool:
+    return any(len(s.racks) > 1 for j in state.jobs.values() for s in j.slices)
+
+
+def _one_slice_across_racks(state: ClusterState) -> ClusterState:
+    """Two one-slice jobs on different racks become one job whose slice spans both (what the
+    naive baseline places), node states following."""
+    one = [j for j in state.jobs.values() if len(j.slices) == 1 and j.status.holds_nodes]
+    one.sort(key=lambda j: j.id)
+    pair = next(((a, b) for a in one for b in one if a.slices[0].racks < b.slices[0].racks), None)
+    if pair is None:
+        return state
+    a, b = pair
+    sa, sb = a.slices[0], b.slices[0]
+    merged = sa._replace(
+        size=sa.size + sb.size, nodes=sa.nodes + sb.nodes, racks=(*sa.racks, *sb.racks)
+    )
+    spec = a.spec.model_copy(update={"nodes": a.spec.nodes + b.spec.nodes})
+    jobs = state.jobs.set(a.id, a._replace(spec=spec, slices=(merged,))).delete(b.id)
+    nodes = state.nodes
+    for n in sb.nodes:
+        nodes = nodes.set(n, nodes[n]._replace(job=a.id, slice=sa.index))
+    return replace(state, jobs=jobs, nodes=nodes)
