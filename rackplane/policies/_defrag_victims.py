@@ -8,6 +8,8 @@ steps per job: a slice lies inside the racks its `racks` names (a state invarian
 rack-local slice's nodes are counted by its length, not node by node; the nodes that do not
 count (out of service: unhealthy or cordoned; kept from the job by a reservation) are found
 once, by one pass over the nodes (O(nodes), no per-node lookups), and taken off their holders.
+A job's nodes per rack and its GPUs are remembered from the last plan while its state is the
+same object (`_MEMO`): between two plans most jobs did not change.
 Nothing here depends on the order the jobs come in: every later order is by (cost, id).
 """
 
@@ -17,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from rackplane.models import Health, JobId, JobKind, NodeId, RackId
+from rackplane.models import Health, JobId, JobKind, NodeId, RackId, TopologyIndex
 from rackplane.projections.state import ClusterState, JobState, NodeState
 
 _HEALTHY = Health.HEALTHY
@@ -77,62 +79,92 @@ def count_victims(
     """Candidates for a job of `priority`, their costs at `now` and the nodes they free
     outside `kept`."""
     pool = eligible(state, beneficiary, priority)
-    nodes, racks = state.nodes, state.racks
+    nodes = state.nodes
     overhead = state.settings.restart_overhead
+    memo = _memo(state)
+    fresh: dict[int, _Held] = {}
     by_id: dict[JobId, JobState] = {}
     lost: dict[JobId, float] = {}
     cost: dict[JobId, float] = {}
     held: dict[JobId, dict[RackId, int]] = {}
     demand: dict[JobId, int] = {}
-    gpus_of: dict[RackId, int] = {}
     for v in pool:
-        vid = v.spec.id
+        key = id(v)
+        got = memo.get(key)
+        if got is None or got[0] is not v:
+            got = _held(state, v)
+        fresh[key] = got
+        spec = v.spec
+        vid = spec.id
         by_id[vid] = v
-        demand[vid] = v.spec.nodes
-        mine: dict[RackId, int] = {}
-        for s in v.slices:
-            if len(s.racks) == 1:
-                r = s.racks[0]
-                mine[r] = mine.get(r, 0) + len(s.nodes)
-            else:
-                for n in s.nodes:
-                    r = nodes[n].rack
-                    mine[r] = mine.get(r, 0) + 1
-        held[vid] = mine
+        demand[vid] = spec.nodes
+        held[vid] = got[1]
         # `restart_cost` and `victim_cost`, the same operations in the same order.
-        gpus = 0
-        for r, k in mine.items():
-            g = gpus_of.get(r)
-            if g is None:
-                g = gpus_of[r] = racks[r].gpus_per_node
-            gpus += g * k
         span = v.at_risk(now) + overhead
-        lost[vid] = gpus * span.total_seconds() / 3600.0
-        cost[vid] = lost[vid] * (2.0 ** (v.spec.priority - priority) * (1 + v.preemptions))
-    # What the victims hold but do not give back: nodes out of service, nodes kept.
+        lost[vid] = x = got[2] * span.total_seconds() / 3600.0
+        cost[vid] = x * (2.0 ** (spec.priority - priority) * (1 + v.preemptions))
+    _MEMO[:] = [(state.index, fresh)]
+    # What the victims hold but do not give back: nodes out of service, nodes kept. The
+    # memo's counts are shared: a victim that loses some gets a copy.
+    copied: set[JobId] = set()
     for n in _not_given(state, kept):
         node = nodes[n]
-        mine_or_none = held.get(node.job) if node.job is not None else None
-        if mine_or_none is not None:
-            mine_or_none[node.rack] -= 1
+        job = node.job
+        if job is None or job not in held:
+            continue
+        if job not in copied:
+            held[job] = dict(held[job])
+            copied.add(job)
+        held[job][node.rack] -= 1
     freed_in: dict[JobId, dict[RackId, int]] = {}
     in_rack: dict[RackId, dict[JobId, int]] = {}
     freed_total: dict[JobId, int] = {}
     for vid, mine in held.items():
+        if vid in copied:
+            mine = {r: k for r, k in mine.items() if k > 0}
+        if not mine:
+            continue
+        freed_in[vid] = mine
         total = 0
-        for r, k in list(mine.items()):
-            if k <= 0:
-                del mine[r]
-                continue
+        for r, k in mine.items():
             total += k
             per = in_rack.get(r)
             if per is None:
                 per = in_rack[r] = {}
             per[vid] = k
-        if mine:
-            freed_in[vid] = mine
-            freed_total[vid] = total
+        freed_total[vid] = total
     return Victims(pool, by_id, lost, cost, freed_in, in_rack, freed_total, demand)
+
+
+_Held = tuple[JobState, dict[RackId, int], int]
+"""A job, its nodes per rack (all of them, in service or not) and its GPUs."""
+
+_MEMO: list[tuple[TopologyIndex | None, dict[int, _Held]]] = []
+"""The last plan's `_Held` by job (by identity: a job's state is immutable and replaced when
+it changes), for the topology it was counted on. Between two plans most jobs are the same
+objects; each plan keeps only its own victims, so the memo never outgrows the jobs."""
+
+
+def _memo(state: ClusterState) -> dict[int, _Held]:
+    if _MEMO and _MEMO[0][0] is state.index:
+        return _MEMO[0][1]
+    return {}
+
+
+def _held(state: ClusterState, v: JobState) -> _Held:
+    """A job's nodes per rack: a slice in one rack (a state invariant: its `racks` are its
+    nodes' racks) counts by its length; and its GPUs (`job_gpus`)."""
+    mine: dict[RackId, int] = {}
+    for s in v.slices:
+        if len(s.racks) == 1:
+            r = s.racks[0]
+            mine[r] = mine.get(r, 0) + len(s.nodes)
+        else:
+            for n in s.nodes:
+                r = state.nodes[n].rack
+                mine[r] = mine.get(r, 0) + 1
+    racks = state.racks
+    return (v, mine, sum(racks[r].gpus_per_node * k for r, k in mine.items()))
 
 
 def _not_given(state: ClusterState, kept: frozenset[NodeId]) -> Iterable[NodeId]:
