@@ -1,9 +1,10 @@
 """Screenshots of the console's views for docs/tui/: SVG from Textual, PNG from resvg.
 
 Run: `.venv/bin/pip install -e '.[docs]'` once (resvg-py: a PyPI wheel of resvg, no system
-library), then `.venv/bin/python scripts/tui_screenshots.py [--racks 128] [--out docs/tui]`. The console runs
-headless at 200x60 on the demo source of `rackplane tui --demo 128`: the seeded story, then the
-in-process engine (`EngineSource`, mode DEMO), so the status line says what an operator sees.
+library), then `.venv/bin/python scripts/tui_screenshots.py [--racks 128] [--out docs/tui]`.
+The console runs headless at 200x60 on the demo source of `rackplane tui --demo 128`: the
+seeded story, then the in-process engine (`EngineSource`, mode DEMO), so the status line says
+what an operator sees.
 Without resvg-py the script stops before writing anything. Text is drawn in DejaVu Sans Mono
 (Debian's fonts-dejavu-core); resvg falls back to another monospace font where it is missing.
 """
