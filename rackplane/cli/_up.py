@@ -1,10 +1,17 @@
-"""`rackplane up`: broker, worker and a demo load, with live progress, until Ctrl-C."""
+"""`rackplane up`: broker, worker and a demo load, with live progress, until Ctrl-C.
+
+The broker is the embedded Tansu unless `--broker` names one or `--kafka` asks for a local
+Apache Kafka 4.1.1 (`rackplane.streams.kafka_local`: Java 17+, jars fetched once by Maven).
+Whatever `up` starts it stops, by PID, on the way out (Ctrl-C, SIGTERM, the end of
+`--duration`, or an error).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import math
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -29,6 +36,16 @@ def up(
     broker: Annotated[
         str | None, typer.Option(help="kafka://host:port; default: start the embedded broker.")
     ] = None,
+    kafka: Annotated[
+        bool,
+        typer.Option(
+            "--kafka",
+            help="Start a local Apache Kafka 4.1.1 (KRaft, 127.0.0.1) instead of the embedded "
+            "Tansu: needs Java 17+ on PATH and, the first time, Maven (`mvn`), which fetches "
+            "its jars (~56 MB) once into ~/.cache/rackplane/kafka-4.1.1. Lower command latency "
+            "(docs/BENCHMARKS.md, issue 21); starts in ~15 s instead of ~1 s.",
+        ),
+    ] = False,
     cluster: Annotated[Path, typer.Option(help="Cluster file of the demo.")] = DEFAULT_CLUSTER,
     headless: Annotated[bool, typer.Option(help="No live view (for scripts and CI).")] = False,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
@@ -43,8 +60,8 @@ def up(
         Path | None, typer.Option(help="Record the demo's history into this DuckDB file.")
     ] = None,
 ) -> None:
-    """Start the embedded broker (unless --broker), a worker and the demo load; on a terminal,
-    open the operator console on it (quitting the console stops everything)."""
+    """Start the embedded broker (unless --broker or --kafka), a worker and the demo load; on a
+    terminal, open the operator console on it (quitting the console stops everything)."""
     from rackplane.cli._config import quiet_library_logs
     from rackplane.importers import TopologyFileError, load_cluster_file
     from rackplane.streams import EmbeddedBroker, EmbeddedBrokerError
@@ -52,6 +69,8 @@ def up(
     from rackplane.streams.demo_load import LoadSettings
     from rackplane.streams.process import WorkerError, WorkerProcess
 
+    if broker is not None and kafka:
+        fail("--broker and --kafka: pass one (--kafka starts a local Kafka, --broker names one)")
     if broker is not None:
         try:
             bootstrap_of(broker)
@@ -70,14 +89,21 @@ def up(
         fail(f"{err} (run from the repository root, or pass --cluster FILE)")
     if db is not None and broker is None and db.exists() and db.stat().st_size > 0:
         fail(
-            f"{db} exists: the embedded broker starts empty, so its cluster would restart at "
+            f"{db} exists: the broker `up` starts is empty, so its cluster would restart at "
             "seq 1 on top of an older history; pass a new file"
         )
+    # Until the load runs (it handles signals itself), SIGTERM unwinds like Ctrl-C: whatever
+    # was started (brokers lead their own process groups, out of the terminal's reach) stops.
+    signal.signal(signal.SIGTERM, _terminated)
     workdir = Path(tempfile.mkdtemp(prefix="rackplane-up-"))
     embedded = None
+    local_kafka = None
     worker = None
     try:
-        if broker is None:
+        if kafka:
+            local_kafka = _start_kafka(workdir)
+            broker = local_kafka.url
+        elif broker is None:
             try:
                 embedded = EmbeddedBroker(log_path=workdir / "broker.log").start()
             except EmbeddedBrokerError as err:
@@ -115,16 +141,59 @@ def up(
         summary["broker"] = broker
         if db is not None:
             summary["history"] = str(db)
+    except KeyboardInterrupt:
+        errors.print(f"interrupted: stopping what `up` started (logs in {workdir})")
+        raise SystemExit(130) from None
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping already: see it through
         if worker is not None:
             worker.stop()
         if embedded is not None:
             embedded.stop()
+        if local_kafka is not None:
+            _stop_kafka(local_kafka)
     if json_out:
         print_json(summary)
     else:
         console.print(_table("rackplane up: summary", summary))
     errors.print(f"stopped; logs in {workdir}")
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _start_kafka(workdir: Path) -> Any:
+    """Java checked, the jars fetched (once, with progress), Kafka started in `workdir`; on
+    failure one line (the details in `workdir/kafka-error.log`) and exit status 2."""
+    from rackplane.streams.kafka_fetch import KafkaError, fetch_jars, require_java
+    from rackplane.streams.kafka_local import KafkaServer
+
+    def progress(message: str) -> None:
+        errors.print(f"[cyan]kafka[/] {message}", highlight=False)
+
+    try:
+        require_java()
+        jars = fetch_jars(progress=progress)
+        progress("starting Apache Kafka 4.1.1 (KRaft, one node) ...")
+        return KafkaServer(jars, sasl=False, parent=workdir, progress=progress).start()
+    except KafkaError as err:
+        first, _, rest = str(err).partition("\n")
+        if rest:
+            details = workdir / "kafka-error.log"
+            details.write_text(f"{err}\n")
+            first += f" (details: {details})"
+        else:  # a refusal (no java, no mvn): nothing to look at
+            shutil.rmtree(workdir, ignore_errors=True)
+        fail(first)
+
+
+def _stop_kafka(server: Any) -> None:
+    """Stop the Kafka `up` started (its process group, by PID); keep its log, drop its data."""
+    work_dir = server.work_dir
+    server.stop(keep_dir=True)
+    if work_dir is not None:
+        shutil.rmtree(work_dir / "data", ignore_errors=True)
 
 
 async def _supervise(worker: Any, stop: asyncio.Event) -> None:

@@ -1,23 +1,15 @@
-"""`scripts/kafka/kafka_server.py` (a stdlib script, not a package) loaded as a module."""
+"""The local Apache Kafka of the fault suite and the ACL tier (`KafkaServer`, `fetch_jars`,
+`ACL_USERS`, `KafkaError`, ...): `rackplane.streams.kafka_local` and `kafka_fetch`, the same
+code as `scripts/kafka/kafka_server.py` and `rackplane up --kafka`."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kafka" / "kafka_server.py"
+from rackplane.streams import kafka_fetch, kafka_local
 
 
-def kafka_server() -> ModuleType:
-    """The script's module (`KafkaServer`, `fetch_jars`, ...), loaded once."""
-    name = "rackplane_kafka_server"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        assert spec is not None and spec.loader is not None, SCRIPT
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
+def kafka_server() -> SimpleNamespace:
+    """Both modules' public names in one namespace."""
+    names = {**vars(kafka_fetch), **vars(kafka_local)}
+    return SimpleNamespace(**{k: v for k, v in names.items() if not k.startswith("__")})
