@@ -12,7 +12,11 @@ producer stamps it when the event is appended; one clock, this machine's):
 The 1-minute load average is recorded before each run (the machine may be shared).
 
     python -m bench.latency [--brokers tansu,kafka] [--runs 3] [--seconds 30] [--rate 500]
-        [--fetch-wait MS] [--reader-wait MS] [--reader-min-bytes N]
+        [--warmup S] [--controller-only] [--fetch-wait MS] [--reader-wait MS]
+        [--reader-min-bytes N]
+
+`--controller-only`: issue 4's worker (`bench.streams.latency`: the controller alone, one
+partition). Figures: docs/BENCHMARKS.md, "Issue 21".
 """
 
 from __future__ import annotations
@@ -56,11 +60,14 @@ async def latency(
     reader_wait_ms: int = 5,
     reader_min_bytes: int = 1,
     broker_pid: int | None = None,
+    warmup: float = 0.0,
     **config: Any,
 ) -> dict[str, Any]:
     """One run on the broker at `url`; `config`: StreamConfig fields over `up`'s. With
     `broker_pid`, the broker's and the worker's CPU time per command over the clocked span
-    (from /proc: less sensitive to other tenants than wall time)."""
+    (from /proc: less sensitive to other tenants than wall time). `warmup`: seconds of
+    commands at `rate` before the clocked ones (not counted: the JVM's compiler, first
+    fetches), the log growing meanwhile as it would."""
     name = f"lat{uuid.uuid4().hex[:6]}"
     cfg = StreamConfig(broker=url, prefix=name, app_id=f"{name}-up", **config)
     await ensure_topics(cfg)
@@ -70,6 +77,7 @@ async def latency(
     sent: dict[str, tuple[float, float]] = {}  # id -> (monotonic, wall) at send
     total = int(rate * seconds)
     rows: list[tuple[float, float, float]] = []
+    worst = (0.0, 0.0)  # (latency ms, seconds after the clocked span began when it was sent)
     try:
         await asyncio.to_thread(worker.start)
         async with Client(cfg) as client:
@@ -82,6 +90,7 @@ async def latency(
             await consumer.start()
 
             async def read() -> None:
+                nonlocal worst
                 while len(rows) < total:
                     batch = await consumer.getmany(timeout_ms=100)
                     now, wall = time.monotonic(), time.time()
@@ -92,6 +101,8 @@ async def latency(
                             at = sent.pop(decode_event(r.value).causation_id or "", None)
                             if at is not None:
                                 appended = r.timestamp / 1000
+                                if (now - at[0]) * 1000 > worst[0]:
+                                    worst = ((now - at[0]) * 1000, at[0] - t_clock)
                                 rows.append(
                                     ((now - at[0]) * 1000, (appended - at[1]) * 1000,
                                      (wall - appended) * 1000)
@@ -100,12 +111,16 @@ async def latency(
             reader = asyncio.create_task(read())
             await asyncio.sleep(1)
             pids = (broker_pid, worker.pid)
-            cpu0 = [_cpu_seconds(p) if p else None for p in pids]
+            warm = int(rate * warmup)
             t0 = time.monotonic()
-            for i in range(total):
+            for i in range(warm + total):
+                if i == warm:
+                    cpu0 = [_cpu_seconds(p) if p else None for p in pids]
+                    t_clock = time.monotonic()
                 kind = CordonNode if i % 2 == 0 else UncordonNode
                 c = kind(id=f"l{i}", cluster=t.cluster, actor="bench", node=node)
-                sent[c.id] = (time.monotonic(), time.time())
+                if i >= warm:
+                    sent[c.id] = (time.monotonic(), time.time())
                 await client.send(c, wait=False)
                 delay = t0 + (i + 1) / rate - time.monotonic()
                 if delay > 0:
@@ -127,6 +142,7 @@ async def latency(
         "p50_ms": statistics.median(total_ms),
         "p99_ms": _pct(total_ms, 0.99),
         "max_ms": max(total_ms),
+        "max_sent_at_s": worst[1],
         "to_event_p50_ms": statistics.median(to_event),
         "to_event_p99_ms": _pct(to_event, 0.99),
         "read_back_p50_ms": statistics.median(read_back),
@@ -161,6 +177,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--fetch-wait", type=int, default=None, help="the worker's (ms)")
     parser.add_argument("--reader-wait", type=int, default=5, help="the reader's (ms)")
     parser.add_argument("--reader-min-bytes", type=int, default=1)
+    parser.add_argument("--warmup", type=float, default=0.0, help="seconds not counted")
     parser.add_argument(
         "--controller-only",
         action="store_true",
@@ -177,11 +194,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             with started(kind) as (url, ready_s, pid):
                 row = asyncio.run(
                     latency(url, args.rate, args.seconds, reader_wait_ms=args.reader_wait,
-                            reader_min_bytes=args.reader_min_bytes, broker_pid=pid, **config)
+                            reader_min_bytes=args.reader_min_bytes, broker_pid=pid,
+                            warmup=args.warmup, **config)
                 )  # fmt: skip
             row = {"broker": kind, "run": run, "ready_s": round(ready_s, 1), "load_1m": load,
                    "fetch_wait_ms": config.get("fetch_wait_ms", StreamConfig.fetch_wait_ms),
-                   "reader_wait_ms": args.reader_wait,
+                   "reader_wait_ms": args.reader_wait, "warmup_s": args.warmup,
                    "worker": "controller" if args.controller_only else "up's", **row}  # fmt: skip
             print(json.dumps({k: round(v, 1) if isinstance(v, float) else v
                               for k, v in row.items()}), flush=True)  # fmt: skip
