@@ -8,7 +8,11 @@ In one run on one broker:
 3. gpu_manager loop: the same path in process (consumer loop -> `GpuManager.on_telemetry`:
    decode, replica lookup, classification), timed from the first fetched batch, so worker
    start-up and the replica rebuild are not counted;
-4. fold: the pure classifier alone, in process (no broker, no decode), on the same samples.
+4. fold: the pure classifier alone, in process (no broker, no decode), on the same samples;
+5. loop in process, no broker (`loop_in_process`): the worker's exact per-record path
+   (`GpuManager.on_telemetry` on fetched-batch-sized lists of records holding the encoded
+   bytes: decode, replica, fold, commands) timed in CPU seconds of this process, so the
+   figure is per core and does not move with the other processes sharing the machine.
 Samples are what the NVML exporter publishes for a 4-GPU node: every field set, a few nodes
 throttled by the SW power cap and one node in ten with NVLink errors counted.
 """
@@ -23,11 +27,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import ConsumerRecord
 
+from bench._clusters import cluster as cluster_state
 from bench._clusters import topology
 from bench.streams import backlog, raw_consumer, telemetry
-from rackplane.models import GpuSample, NodeTelemetry
+from rackplane.models import TELEMETRY, GpuSample, NodeTelemetry
 from rackplane.policies import GpuHealthRules
+from rackplane.streams._heap import settle
 from rackplane.streams.agents import GpuManager
 from rackplane.streams.eventlog import EventLog
 from rackplane.streams.replicas import Replicas
@@ -123,6 +130,64 @@ async def manager_loop(url: str, n: int, racks: int = 128) -> dict[str, Any]:
             "per_second": n / dt}  # fmt: skip
 
 
+def encoded(n: int, racks: int = 128) -> tuple[list[tuple[bytes, bytes]], str]:
+    """n (key, value) pairs of full NVML samples, a sample per node every 5 s of sample time;
+    the last two are XID 79 on one node. Returns them and that node."""
+    t = topology(racks)
+    nodes = [node for r in t.racks for node in r.nodes]
+    last = nodes[7]
+    out = []
+    for i in range(n):
+        node, xid = (nodes[i % len(nodes)], None) if i < n - 2 else (last, 79)
+        at = T0 + timedelta(seconds=5 * (i // len(nodes)) + (i - n + 3 if xid else 0))
+        sample = nvml_sample(t.cluster, node, xid, at)
+        out.append((node.encode(), TELEMETRY.dump_json(sample, exclude_none=True)))
+    return out, last
+
+
+def fetched(values: list[tuple[bytes, bytes]], start: int) -> list[ConsumerRecord[bytes, bytes]]:
+    """The records of `values` from offset `start` on, as the consumer hands them out."""
+    return [
+        ConsumerRecord(
+            topic="bench.telemetry", partition=0, offset=start + i, timestamp=0, timestamp_type=0,
+            key=key, value=value, checksum=None, serialized_key_size=len(key),
+            serialized_value_size=len(value), headers=(),
+        )
+        for i, (key, value) in enumerate(values)
+    ]  # fmt: skip
+
+
+def loop_in_process(n: int, racks: int = 128, batch: int = 5_000) -> dict[str, Any]:
+    """`GpuManager.on_telemetry` over n pre-encoded full NVML samples, no broker: the CPU
+    seconds of this process inside `on_telemetry` (its replica put in place and the heap
+    settled beforehand, as the worker does after a rebuild; each batch of records is built
+    outside the clock, as the consumer would; sends complete at once)."""
+    values, last = encoded(n, racks)
+    replicas = Replicas(None, partitions=1)  # type: ignore[arg-type]  # never read: put below
+    replicas.put(cluster_state(racks, "empty"))
+    replicas.ends[0] = 0  # the partition counts as loaded
+    commands = _Sent()
+    manager = GpuManager(
+        GpuHealthRules(), replicas, commands, commands, topic="bench.telemetry", limit=1 << 20
+    )
+    settle(collect=True)
+
+    async def run() -> float:
+        spent = 0.0
+        for start in range(0, n, batch):
+            records = fetched(values[start : start + batch], start)
+            c0 = time.process_time()
+            await manager.on_telemetry(records)
+            spent += time.process_time() - c0
+        return spent
+
+    dt = asyncio.run(run())
+    assert manager.samples == n, manager.samples
+    assert any(last.encode() in v for v in commands.values), "the fatal XID was not reported"
+    return {"stage": "gpu_manager loop (in process, no broker; CPU seconds)", "messages": n,
+            "seconds": dt, "per_second": n / dt}  # fmt: skip
+
+
 async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[dict[str, Any]]:
     """Raw consumer, the worker's GPU Manager and the pure fold, on the broker at `url`."""
     n = 5_000 if quick else 20_000  # 100k NVML-sized samples took Tansu 15+ min to take in
@@ -134,6 +199,8 @@ async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[
     rows.append(await manager_loop(url, n))
     progress("gpu: the fold alone")
     rows.append(fold(n))
+    progress("gpu: the gpu_manager loop in process, no broker")
+    rows.append(loop_in_process(n))
     raw = rows[0]["per_second"]
     for r in rows:
         r["ratio_to_raw"] = r["per_second"] / raw
@@ -148,7 +215,10 @@ if __name__ == "__main__":
 
     target = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else None
     quick = "--quick" in sys.argv
-    if target is None:
+    if "--in-process" in sys.argv:  # `python -m bench.gpu --in-process [N]`: no broker
+        args = sys.argv[sys.argv.index("--in-process") + 1 :]
+        out = [loop_in_process(int(args[0]) if args else 20_000)]
+    elif target is None:
         with EmbeddedBroker() as b:
             out = asyncio.run(run_all(b.url, print, quick=quick))
     else:

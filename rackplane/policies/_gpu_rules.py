@@ -65,6 +65,25 @@ def gpu_findings(g: GpuSample, hot_c: float) -> list[Finding]:
     return out
 
 
+def quiet(g: GpuSample, hot_c: float) -> bool:
+    """No rule of the table fires and no XID is reported: `gpu_findings(g, hot_c)` is [] and
+    `new_xids(g, last)` is () whatever `last` is. One expression, for the fold's shortcut."""
+    reasons = g.clock_event_reasons
+    temperature = g.temperature_c
+    return not (
+        g.fallen_off_bus
+        or g.ecc_uncorrected
+        or g.remap_failure
+        or g.remap_pending
+        or g.retired_pages_pending
+        or g.nvlink_down
+        or g.xid
+        or g.xids
+        or (reasons is not None and reasons & _HW_BITS)
+        or (temperature is not None and temperature >= hot_c)
+    )
+
+
 def new_xids(g: GpuSample, last: int | None) -> tuple[int, ...]:
     """XIDs this sample reports for the first time.
 
