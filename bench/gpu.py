@@ -157,7 +157,7 @@ def fetched(values: list[tuple[bytes, bytes]], start: int) -> list[ConsumerRecor
     ]  # fmt: skip
 
 
-def loop_in_process(n: int, racks: int = 128, batch: int = 5_000) -> dict[str, Any]:
+async def loop_in_process(n: int, racks: int = 128, batch: int = 5_000) -> dict[str, Any]:
     """`GpuManager.on_telemetry` over n pre-encoded full NVML samples, no broker: the CPU
     seconds of this process inside `on_telemetry` (its replica put in place and the heap
     settled beforehand, as the worker does after a rebuild; each batch of records is built
@@ -172,16 +172,12 @@ def loop_in_process(n: int, racks: int = 128, batch: int = 5_000) -> dict[str, A
     )
     settle(collect=True)
 
-    async def run() -> float:
-        spent = 0.0
-        for start in range(0, n, batch):
-            records = fetched(values[start : start + batch], start)
-            c0 = time.process_time()
-            await manager.on_telemetry(records)
-            spent += time.process_time() - c0
-        return spent
-
-    dt = asyncio.run(run())
+    dt = 0.0
+    for start in range(0, n, batch):
+        records = fetched(values[start : start + batch], start)
+        c0 = time.process_time()
+        await manager.on_telemetry(records)
+        dt += time.process_time() - c0
     assert manager.samples == n, manager.samples
     assert any(last.encode() in v for v in commands.values), "the fatal XID was not reported"
     return {"stage": "gpu_manager loop (in process, no broker; CPU seconds)", "messages": n,
@@ -200,7 +196,7 @@ async def run_all(url: str, progress: Progress, *, quick: bool = False) -> list[
     progress("gpu: the fold alone")
     rows.append(fold(n))
     progress("gpu: the gpu_manager loop in process, no broker")
-    rows.append(loop_in_process(n))
+    rows.append(await loop_in_process(n))
     raw = rows[0]["per_second"]
     for r in rows:
         r["ratio_to_raw"] = r["per_second"] / raw
@@ -217,7 +213,7 @@ if __name__ == "__main__":
     quick = "--quick" in sys.argv
     if "--in-process" in sys.argv:  # `python -m bench.gpu --in-process [N]`: no broker
         args = sys.argv[sys.argv.index("--in-process") + 1 :]
-        out = [loop_in_process(int(args[0]) if args else 20_000)]
+        out = [asyncio.run(loop_in_process(int(args[0]) if args else 20_000))]
     elif target is None:
         with EmbeddedBroker() as b:
             out = asyncio.run(run_all(b.url, print, quick=quick))
