@@ -6,7 +6,10 @@ nodes, so it scales with the cluster); failures are the default model (node MTBI
 Llama 3 root causes, a rack fault every 2 years per rack). One process, one core.
 
 Run on its own: `python -m bench.sim` (`--quick` for a smoke run of a few days, `--json FILE`
-for the raw rows, `--runs 128:365:tas+spares,1024:30:tas+spares` to choose). Each row says
+for the raw rows, `--runs 128:365:tas+spares,1024:30:tas+spares` to choose). A policy with
+`@shared` (`1024:365:tas+spares+defrag+ntp@shared`) runs the shared cluster of
+examples/shared-cluster.yaml instead (queues, quotas, fair share, reclaim; its policy and
+workload) sized to RACKS: quotas and arrival rates scaled by RACKS / 128. Each row says
 what was simulated and how long it took; `year_s` extrapolates the wall time to a simulated
 year when fewer days were run (linear in days: the load is stationary after the first days).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,10 +26,42 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bench.__main__ import _markdown, machine
 from rackplane.sim import GeneratedCluster, ScenarioDoc, build_scenario, simulate
 
 Progress = Callable[[str], None]
+
+SHARED = Path(__file__).resolve().parent.parent / "examples" / "shared-cluster.yaml"
+_QUOTAS = ("nominal_nodes", "borrowing_limit", "lending_limit")
+
+
+def shared_doc(racks: int, days: float, seed: int) -> ScenarioDoc:
+    """examples/shared-cluster.yaml (128 racks) on a generated cluster of `racks` racks: its
+    queues' quotas and its classes' arrivals per day scaled by racks / 128 (so the quotas
+    still sum to the nodes outside the spares), job sizes as they are."""
+    raw = yaml.safe_load(SHARED.read_text())
+    f = racks / 128
+    queues = [
+        {k: (round(v * f) if k in _QUOTAS and v is not None else v) for k, v in q.items()}
+        for q in raw["policy"]["queues"]
+    ]
+    classes = [
+        {**c, "arrivals_per_day": c["arrivals_per_day"] * f} for c in raw["workload"]["classes"]
+    ]
+    return ScenarioDoc.model_validate(
+        {
+            **raw,
+            "name": f"shared-{racks}",
+            "cluster": {"name": f"bench-{racks}", "racks": racks},
+            "policy": {**raw["policy"], "queues": queues},
+            "workload": {**raw["workload"], "classes": classes},
+            "days": days,
+            "seed": seed,
+        }
+    )
+
 
 FULL_RUNS = (
     (128, 365.0, "tas+spares"),
@@ -43,11 +79,17 @@ def simulated_year(
     racks: int, days: float, policy: str, seed: int = 1, progress: Progress | None = None
 ) -> dict[str, Any]:
     """Simulate `days` of a generated cluster of `racks` racks under `policy`; time it."""
-    scenario = build_scenario(
-        ScenarioDoc(
+    name, _, variant = policy.partition("@")
+    if variant not in ("", "shared"):
+        raise ValueError(f"unknown variant {variant!r} (only @shared)")
+    doc = (
+        shared_doc(racks, days, seed)
+        if variant
+        else ScenarioDoc(
             cluster=GeneratedCluster(name=f"bench-{racks}", racks=racks), days=days, seed=seed
         )
     )
+    scenario = build_scenario(doc.model_copy(update={"policies": (name,)}))
     last = [-1]
 
     def tick(done: float) -> None:
@@ -57,8 +99,10 @@ def simulated_year(
             progress(f"sim: {racks} racks, {days:g} days, {policy}: {pct}%")
 
     t = time.perf_counter()
-    m = simulate(scenario, policy, progress=tick)
+    cpu = time.process_time()
+    m = simulate(scenario, name, progress=tick)
     wall = time.perf_counter() - t
+    cpu = time.process_time() - cpu
     return {
         "racks": racks,
         "nodes": m.nodes,
@@ -68,6 +112,8 @@ def simulated_year(
         "commands": m.commands,
         "events": m.events,
         "wall_s": wall,
+        "cpu_s": cpu,
+        "load_avg_1m": os.getloadavg()[0],
         "events_per_s": m.events / wall,
         "sim_days_per_s": days / wall,
         "year_s": wall * 365.0 / days,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from rackplane.models import (
     Command,
@@ -198,3 +198,32 @@ def may_borrow(settings: PolicySettings, spec: JobSpec) -> bool:
     that says it ends within `borrow_max_duration`."""
     d = spec.expected_duration
     return spec.kind is JobKind.MANAGED and d is not None and d <= settings.borrow_max_duration
+
+
+class RackSizes(NamedTuple):
+    """What job submission checks of the racks' sizes, with `keep` spares per rack."""
+
+    largest: int
+    """Nodes of the largest rack."""
+    room: int
+    """Nodes of the largest rack outside its spares (may be negative)."""
+    outside: int
+    """Nodes outside the spares, cluster-wide."""
+
+
+_SIZES: list[tuple[object, int, RackSizes]] = []
+"""The last sizes counted, per topology index and spares: a rack's size is fixed from the
+registration that built the index, so a submission reuses them (O(1), not O(racks))."""
+
+
+def rack_sizes(state: ClusterState, keep: int) -> RackSizes:
+    """The racks' sizes as submission checks them (see `RackSizes`)."""
+    index = state.index
+    for at, k, got in _SIZES:
+        if at is index and k == keep and index is not None:
+            return got
+    sizes = [r.size for r in state.racks.values()]
+    got = RackSizes(max(sizes), max(s - keep for s in sizes), sum(max(0, s - keep) for s in sizes))
+    _SIZES.insert(0, (index, keep, got))
+    del _SIZES[2:]
+    return got

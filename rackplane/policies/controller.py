@@ -351,7 +351,9 @@ def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
             "shape_mismatch",
             f"min_nodes_per_slice ({spec.min_nodes_per_slice}) exceeds the slice size ({size})",
         )
-    largest = max(r.size for r in s.racks.values())
+    keep = s.settings.spares_per_rack
+    sizes = chk.rack_sizes(s, keep)  # O(1): counted once per topology
+    largest = sizes.largest
     if s.settings.rack_local_slices and size > largest:
         chk.reject(
             "too_large",
@@ -362,9 +364,8 @@ def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
     if spec.nodes > total:
         chk.reject("too_large", f"job needs {spec.nodes} nodes; the cluster has {total}")
     # Spares are kept for swaps: only a job that may borrow them ever runs on them.
-    keep = s.settings.spares_per_rack
     if keep and not (s.settings.borrow_spares and chk.may_borrow(s.settings, spec)):
-        room = max(r.size - keep for r in s.racks.values())
+        room = sizes.room
         if s.settings.rack_local_slices and size > room:
             fix = f"submit with slice_size {room} or less" if room > 0 else "lower spares_per_rack"
             if s.settings.borrow_spares:
@@ -375,7 +376,7 @@ def _submit_job(s: ClusterState, c: SubmitJob, out: Emitter) -> None:
                 f"a slice of {size} nodes can never be placed: no rack has more than "
                 f"{max(room, 0)} nodes outside its {keep} spare(s); {fix}",
             )
-        outside = sum(max(0, r.size - keep) for r in s.racks.values())
+        outside = sizes.outside
         if spec.nodes > outside:
             chk.reject(
                 "too_large",

@@ -40,6 +40,7 @@ from rackplane.models import (
     RackId,
     TopologyIndex,
 )
+from rackplane.projections import _changes
 from rackplane.projections.state import ClusterState, RackState
 
 
@@ -84,13 +85,17 @@ class Capacity:
         """Nodes this capacity never gives (`withhold`)."""
         # Raw room per rack: free nodes less the reserve. It goes negative when a swap has
         # eaten into the reserve; keeping the sign makes releases and takes add up exactly.
-        table, degraded = _usable(state, self.index, self.spares)
+        entry = _usable(state, self.index, self.spares)
+        table, degraded = entry.table
         self.usable: dict[RackId, int] = dict(table)
         self.degraded: frozenset[RackId] = degraded
         """Degraded racks: used only when the healthy racks cannot take a job."""
         self._views: dict[frozenset[RackId], _View] = {}
         """Views and their totals by `exclude`, while the usable counts stay as they are:
         a cycle asks the same question for job after job that does not fit."""
+        self._entry: _Entry | None = entry
+        """The state's table while `usable` is still that table (nothing taken, withheld,
+        released or held yet): its view with no exclusion is shared across cycles."""
 
     @property
     def total(self) -> int:
@@ -118,7 +123,7 @@ class Capacity:
             rack = rack_of[n].rack
             self.taken.setdefault(rack, set()).add(n)
             self.usable[rack] -= 1
-        self._views.clear()
+        self._changed()
 
     def withhold(self, nodes: Iterable[NodeId]) -> None:
         """Never give these nodes (reservations keep them from the work being placed): those
@@ -135,7 +140,7 @@ class Capacity:
             ):
                 taken.add(n)
                 self.usable[rack] -= 1
-        self._views.clear()
+        self._changed()
 
     def without(self, nodes: Iterable[NodeId]) -> Capacity:
         """This capacity when `nodes` is empty, else a copy that withholds them."""
@@ -157,7 +162,7 @@ class Capacity:
                 continue
             self.freed.setdefault(node.rack, set()).add(n)
             self.usable[node.rack] += 1
-        self._views.clear()
+        self._changed()
 
     def copy(self) -> Capacity:
         """An independent copy, to try a plan without touching this one."""
@@ -171,13 +176,18 @@ class Capacity:
         other.freed = {r: set(ns) for r, ns in self.freed.items()}
         other.withheld = set(self.withheld)
         other._views = {}
+        other._entry = self._entry
         return other
 
     def hold(self, racks: Iterable[RackId]) -> None:
         """Hide racks from every later query of this cycle (a head-of-line reservation)."""
         for r in racks:
             self.usable[r] = min(self.usable[r], 0)
+        self._changed()
+
+    def _changed(self) -> None:
         self._views.clear()
+        self._entry = None
 
     def view(self, exclude: frozenset[RackId] | set[RackId] = frozenset()) -> dict[RackId, int]:
         """Usable nodes per rack (never negative), with `exclude` seen as full."""
@@ -189,7 +199,14 @@ class Capacity:
         key = frozenset(exclude)
         got = self._views.get(key)
         if got is None:
-            got = self._views[key] = _View(self.view(key))
+            entry = self._entry
+            if not key and entry is not None:
+                got = entry.view
+                if got is None:
+                    got = entry.view = _View(self.view(key))
+            else:
+                got = _View(self.view(key))
+            self._views[key] = got
         return got
 
 
@@ -212,6 +229,28 @@ class _View:
             n = self.fits[size] = sum(u // size for u in self.usable.values() if u >= size)
         return n
 
+    def patched(self, table: dict[RackId, int], changed: Iterable[RackId]) -> _View:
+        """This view of an earlier table, for `table`, which differs at most at `changed`
+        racks: the same numbers as `_View` of `table`'s view, in O(changed x sizes asked)."""
+        usable, fits = dict(self.usable), dict(self.fits)
+        total, largest, stale = self.total, self.largest, False
+        for r in changed:
+            old, new = usable[r], max(table[r], 0)
+            if old == new:
+                continue
+            usable[r] = new
+            total += new - old
+            for size in fits:
+                fits[size] += new // size - old // size
+            if new > largest:
+                largest = new
+            elif old == largest:
+                stale = True  # the largest may have shrunk: take the maximum again
+        out = object.__new__(_View)
+        out.usable, out.fits, out.total = usable, fits, total
+        out.largest = max(usable.values(), default=0) if stale else largest
+        return out
+
     def hopeless(self, sizes: Sequence[int]) -> Unplaceable | None:
         """The verdict `choose_racks` reaches for `sizes`, when the totals alone give it: too
         few nodes in all, or too few rack-shaped slices (the same numbers and words)."""
@@ -231,29 +270,84 @@ class _View:
 
 
 _Table = tuple[dict[RackId, int], frozenset[RackId]]
-_LAST: list[tuple[Map[RackId, RackState], TopologyIndex, int, _Table]] = []
-"""The last usable-per-rack table built, with what it was built from: the scheduler, the
-defrag and the borrowing capacity of one cycle all start from the same state."""
 
 
-def _usable(state: ClusterState, index: TopologyIndex, spares: int) -> _Table:
+class _Entry:
+    """A usable-per-rack table, what it was built from, and its view with no exclusion (made
+    when first asked, patched with the table)."""
+
+    __slots__ = ("index", "racks", "spares", "table", "view")
+
+    def __init__(
+        self, racks: Map[RackId, RackState], index: TopologyIndex, spares: int, table: _Table
+    ) -> None:
+        self.racks, self.index, self.spares, self.table = racks, index, spares, table
+        self.view: _View | None = None
+
+
+_LAST: list[_Entry] = []
+"""The last usable-per-rack tables built, with what each was built from: the scheduler, the
+defrag and the borrowing capacity of one cycle all start from the same state, and the next
+cycle's table is this one patched for the racks the events since changed."""
+_KEPT = 4  # the table with spares kept and the one without (borrowing), and one back each
+
+
+def _usable(state: ClusterState, index: TopologyIndex, spares: int) -> _Entry:
     """Free nodes less `spares` per rack (a failed rack: very negative), in index order, and
-    the degraded racks; the same again while the racks' map is the same immutable object."""
+    the degraded racks; the same again while the racks' map is the same immutable object.
+
+    A table for an earlier racks map of the same fold history is patched for the racks changed
+    since (`projections._changes`): O(racks changed) plus a C-level dict copy, where a
+    rebuild is a Python loop over every rack (2 ms of a 1,024-rack cycle)."""
     racks = state.racks
-    for last_racks, last_index, last_spares, table in _LAST:
-        if last_racks is racks and last_index is index and last_spares == spares:
-            return table
-    failed, degraded, down = RackHealth.FAILED, RackHealth.DEGRADED, -(10**9)
+    mine = [e for e in _LAST if e.index is index and e.spares == spares]
+    for e in mine:
+        if e.racks is racks:
+            return e
+    bases = {id(e.racks): e for e in mine}
+    path = _changes.since("racks", racks, lambda m: id(m) in bases) if bases else None
+    if path is None:
+        entry = _Entry(racks, index, spares, _rebuilt(racks, index, spares))
+    else:
+        base = bases[id(path[0])]
+        changed = path[1]
+        table = _patched(racks, spares, base.table, changed)  # type: ignore[arg-type]
+        entry = _Entry(racks, index, spares, table)
+        if base.view is not None:
+            entry.view = base.view.patched(table[0], changed)  # type: ignore[arg-type]
+    _LAST.insert(0, entry)
+    del _LAST[_KEPT:]
+    return entry
+
+
+def _rebuilt(racks: Map[RackId, RackState], index: TopologyIndex, spares: int) -> _Table:
+    failed, degraded, down = RackHealth.FAILED, RackHealth.DEGRADED, _DOWN
     ids = [r.id for r in index.racks]
     states = list(map(racks.__getitem__, ids))
     usable = {
         rid: (down if rs.health is failed else len(rs.free) - spares)
         for rid, rs in zip(ids, states, strict=True)
     }
-    table = (usable, frozenset(rs.id for rs in states if rs.health is degraded))
-    _LAST.insert(0, (racks, index, spares, table))
-    del _LAST[2:]  # the table with spares kept and the one without (borrowing)
-    return table
+    return usable, frozenset(rs.id for rs in states if rs.health is degraded)
+
+
+def _patched(
+    racks: Map[RackId, RackState], spares: int, base: _Table, changed: Iterable[RackId]
+) -> _Table:
+    """`base` with the entries of `changed` racks recomputed from `racks` (same key order)."""
+    usable, degraded = dict(base[0]), set(base[1])
+    for rid in changed:
+        rs = racks[rid]
+        usable[rid] = _DOWN if rs.health is RackHealth.FAILED else len(rs.free) - spares
+        if rs.health is RackHealth.DEGRADED:
+            degraded.add(rid)
+        else:
+            degraded.discard(rid)
+    return usable, frozenset(degraded)
+
+
+_DOWN = -(10**9)
+"""A failed rack's room: no placement or release ever brings it above zero."""
 
 
 def find_placement(

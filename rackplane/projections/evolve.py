@@ -56,6 +56,7 @@ from rackplane.models import (
     TopologyIndex,
     TopologyRegistered,
 )
+from rackplane.projections import _changes
 from rackplane.projections.state import (
     BlockInfo,
     ClusterState,
@@ -164,6 +165,10 @@ class _Builder:
         self.settings = state.settings
         self.nodes = state.nodes.mutate()
         self.racks = state.racks.mutate()
+        self.racks_changed: set[RackId] = set()
+        """Racks whose health changed in the run (with `free`'s keys: what `_changes` logs)."""
+        self.racks_rebuilt = False
+        """A registration built a new racks map: no change to log, readers rebuild."""
         self.jobs = _Jobs(state.jobs)
         self.finished: dict[JobId, JobStatus] = {}
         """Jobs finished in the run, not yet in the state's `finished`."""
@@ -385,6 +390,7 @@ class _Builder:
                 else:
                     changed[job] = record
             jobs = changed.finish()
+            _changes.record("jobs", jobs, self.state.jobs, tuple(self.jobs))
         finished = self.state.finished
         if self.finished:
             finished = finished.update(self.finished)
@@ -392,6 +398,9 @@ class _Builder:
         older = self.seen_older
         if isinstance(older, dict):
             older = Map(older)
+        new_racks = racks.finish()
+        if not self.racks_rebuilt:
+            _changes.record("racks", new_racks, self.state.racks, (*self.free, *self.racks_changed))
         # Built directly: dataclasses.replace costs several microseconds per event.
         return ClusterState(
             self.cluster,
@@ -400,7 +409,7 @@ class _Builder:
             self.index,
             self.settings,
             nodes.finish(),
-            racks.finish(),
+            new_racks,
             jobs,
             finished,
             self.reservations,
@@ -489,6 +498,7 @@ def _topology_registered(b: _Builder, e: TopologyRegistered) -> None:
     b.allowed_why = "set in the registered cluster file" if b.allowed_by else ""
     b.nodes = Map(nodes).mutate()
     b.racks = Map(racks).mutate()
+    b.racks_rebuilt = True
 
 
 def _policy_configured(b: _Builder, e: PolicyConfigured) -> None:
@@ -632,14 +642,17 @@ def _node_repaired(b: _Builder, e: NodeRepaired) -> None:
 
 def _rack_failed(b: _Builder, e: RackFailed) -> None:
     b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.FAILED, cause=e.cause)
+    b.racks_changed.add(e.rack)
 
 
 def _rack_degraded(b: _Builder, e: RackDegraded) -> None:
     b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.DEGRADED, cause=e.cause)
+    b.racks_changed.add(e.rack)
 
 
 def _rack_recovered(b: _Builder, e: RackRecovered) -> None:
     b.racks[e.rack] = b.racks[e.rack]._replace(health=RackHealth.HEALTHY, cause=e.cause)
+    b.racks_changed.add(e.rack)
 
 
 def _node_swapped(b: _Builder, e: NodeSwapped) -> None:
