@@ -66,8 +66,10 @@ class Unplaceable:
 class Capacity:
     """What each rack can give new work during one scheduling cycle.
 
-    Built once per cycle from the state (O(racks)); `commit` deducts a placement so later jobs
-    of the same cycle see it. `exclude` hides racks (reserved for another job) from a query.
+    Built once per cycle from the state: the last cycle's table patched for the racks changed
+    since (`_usable`; O(racks) only without a logged path); `commit` deducts a placement so
+    later jobs of the same cycle see it. `exclude` hides racks (reserved for another job)
+    from a query.
 
     Args:
         state: the cluster state the cycle starts from.
