@@ -161,7 +161,9 @@ def _cycle(state: ClusterState) -> Callable[[], object]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Each decision's p99 against racks, log-log, with O(racks) from its first point."""
+    """Each decision's p99 against racks, log-log, with O(racks) drawn from its first point
+    that decided something (an unplaceable verdict, a hollow marker, is cheap and says
+    nothing about the growth)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,22 +172,28 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(9, 6))
     names = list(dict.fromkeys(r["decision"] for r in rows))
     for i, name in enumerate(names):
-        mine = sorted((r["racks"], r["p99_ms"]) for r in rows if r["decision"] == name)
-        xs, ys = [x for x, _ in mine], [max(y, 1e-3) for _, y in mine]
+        mine = sorted((r for r in rows if r["decision"] == name), key=lambda r: r["racks"])
+        xs, ys = [r["racks"] for r in mine], [max(r["p99_ms"], 1e-3) for r in mine]
         (line,) = ax.plot(xs, ys, marker="o", label=name)
+        for r, y in zip(mine, ys, strict=True):
+            if r["outcome"].startswith("unplaceable"):
+                ax.plot(r["racks"], y, marker="o", color="white", markeredgecolor=line.get_color())
+        base = next(
+            (k for k, r in enumerate(mine) if not r["outcome"].startswith("unplaceable")), 0
+        )
         ax.plot(
-            xs,
-            [ys[0] * x / xs[0] for x in xs],
+            xs[base:],
+            [ys[base] * x / xs[base] for x in xs[base:]],
             linestyle=":",
             color=line.get_color(),
             linewidth=1,
-            label="O(racks) from 128" if i == 0 else None,
+            label="dotted: O(racks) from its first point" if i == 0 else None,
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(sorted({r["racks"] for r in rows}))
     ax.set_xticklabels([f"{x:,}" for x in sorted({r["racks"] for r in rows})])
-    ax.set_xlabel("racks (18 nodes, 72 GPUs each)")
+    ax.set_xlabel("racks (18 nodes, 72 GPUs each); hollow: an unplaceable verdict")
     ax.set_ylabel("p99 CPU ms per decision")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
@@ -203,7 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--plot", type=Path, help="write the PNG here")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--replot", type=Path, help="only plot the rows of this --json file")
     args = parser.parse_args(argv)
+    if args.replot:
+        saved = json.loads(args.replot.read_text())
+        title = f"rackplane: cost of one decision as racks grow\n{saved['machine']}"
+        plot(saved["rows"], args.plot or args.replot.with_suffix(".png"), title)
+        return 0
     racks = tuple(int(x) for x in args.racks.split(","))
     rows = measure(racks, lambda text: print(text, file=sys.stderr), repeat=args.repeat)
     print("| decision | racks | outcome | runs | p50 CPU ms | p99 CPU ms |")
