@@ -7,7 +7,8 @@ map). A reader holding a table derived from an earlier map asks `since` for the 
 between the two, walking the log back from the new map. The log holds the last `KEPT`
 changes per kind; a map the fold did not make (a registration, a snapshot) or one too far
 back has no path, and the reader rebuilds. Nothing here changes what any table says: tests
-check patched tables against tables rebuilt from scratch (tests/projections/test_changes.py).
+check patched tables against tables rebuilt from scratch
+(tests/core/test_incremental_tables.py).
 
 Cost: O(keys changed) per fold to record; O(folds walked + keys changed) to ask.
 """
