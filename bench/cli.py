@@ -7,8 +7,9 @@ the live reads (`status`, `jobs`, `job`, `racks`, `rack`) and `submit` of a 16-n
 `--no-wait` (the events the command caused directly) and with the chain (until it has been
 quiet for `SETTLE_S`). Each is timed from the process's start to its exit, imports included,
 with the CPU seconds the process used (user + sys: other work on the machine lengthens the
-wall time far more than it); `import rackplane.cli` alone is timed too (a fresh interpreter
-each run). The 1-minute load average is read before each command.
+wall time far more than it); `rackplane submit --help` alone is timed too (a fresh interpreter
+each run: what a submit costs before it talks to the broker). The 1-minute load average is
+read before each command.
 """
 
 from __future__ import annotations
@@ -128,11 +129,11 @@ class _Runs:
 def run_all(say: Progress, *, runs: int = 5) -> list[dict[str, Any]]:
     """Rows of the whole commands' times on a live 128-rack cluster."""
     rows = []
-    say("cli: import rackplane.cli")
+    say("cli: rackplane submit --help")
     imports = _Runs()
     for _ in range(runs):
-        imports.time([sys.executable, "-c", "import rackplane.cli"])
-    rows.append(imports.row("python -c 'import rackplane.cli'", None))
+        imports.time([*_RACKPLANE, "submit", "--help"])
+    rows.append(imports.row("submit --help (start-up, no broker)", None))
     with _live_up(say) as broker:
         at = ["--broker", broker]
         jobs = json.loads(_rackplane("jobs", "--cluster", CLUSTER, *at, "--json").stdout)
