@@ -75,20 +75,24 @@ async def test_uncordon_sends_uncordon_node_for_a_cordoned_node(make_app) -> Non
     assert source.sent == [UncordonNode(id="t-1", cluster="demo-16", actor=ACTOR, node=cordoned)]
 
 
-async def test_submit_form_sends_submit_job(make_app) -> None:  # type: ignore[no-untyped-def]
+async def _submit(make_app, **fields: str) -> list[object]:  # type: ignore[no-untyped-def]
+    """Open the submit form (s), fill `fields` (#f-<name>), confirm; what the console sent."""
     app, source = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("s")
         await pilot.pause()
         assert isinstance(app.screen, SubmitScreen)
-        app.screen.query_one("#f-job", Input).value = "train-7"
-        app.screen.query_one("#f-nodes", Input).value = "32"
-        app.screen.query_one("#f-priority", Input).value = "4"
+        for name, value in fields.items():
+            app.screen.query_one(f"#f-{name}", Input).value = value
         await pilot.click("#confirm")
         await pilot.pause()
         await app.workers.wait_for_complete()
-    [sent] = source.sent
+    return list(source.sent)
+
+
+async def test_submit_form_sends_submit_job(make_app) -> None:  # type: ignore[no-untyped-def]
+    [sent] = await _submit(make_app, job="train-7", nodes="32", priority="4")
     assert isinstance(sent, SubmitJob)
     assert (sent.actor, sent.cluster, sent.id) == (ACTOR, "demo-16", "t-1")
     assert (sent.job.id, sent.job.nodes, sent.job.priority, sent.job.kind) == (
@@ -98,19 +102,7 @@ async def test_submit_form_sends_submit_job(make_app) -> None:  # type: ignore[n
 
 
 async def test_submit_form_sends_the_queue_and_the_reservation(make_app) -> None:  # type: ignore[no-untyped-def]
-    app, source = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await pilot.press("s")
-        await pilot.pause()
-        assert isinstance(app.screen, SubmitScreen)
-        app.screen.query_one("#f-job", Input).value = "hero-1"
-        app.screen.query_one("#f-queue", Input).value = " pretrain "
-        app.screen.query_one("#f-reservation", Input).value = "hero"
-        await pilot.click("#confirm")
-        await pilot.pause()
-        await app.workers.wait_for_complete()
-    [sent] = source.sent
+    [sent] = await _submit(make_app, job="hero-1", queue=" pretrain ", reservation="hero")
     assert isinstance(sent, SubmitJob)
     assert (sent.job.id, sent.job.queue, sent.job.reservation) == ("hero-1", "pretrain", "hero")
 
