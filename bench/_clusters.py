@@ -23,7 +23,7 @@ from rackplane.models import (
     SubmitJob,
     Topology,
 )
-from rackplane.policies import Capacity, Placement, decide, find_placement
+from rackplane.policies import Capacity, Placement, decide, find_placement, schedule
 from rackplane.projections import ClusterState, evolve, initial_state
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -64,6 +64,20 @@ class Folder:
             assert e.type != "CommandRejected", e
             self.state = evolve(self.state, e)
         self.now += timedelta(seconds=1)
+
+    def settle(self) -> ClusterState:
+        """Run scheduling cycles, sending what each proposes, until one places nothing: the
+        state a steady cycle meets."""
+        while True:
+            placed = False
+            for command in schedule(self.state):
+                placed = placed or isinstance(command, PlaceJob)
+                fields = command.model_dump(
+                    exclude={"id", "cluster", "actor", "type", "causation_id"}
+                )
+                self.send(type(command), **fields)
+            if not placed:
+                return self.state
 
     def place(self, spec: JobSpec, capacity: Capacity, *, start: bool = False) -> bool:
         """Submit `spec` and place it where the scheduler would; False when it does not fit."""

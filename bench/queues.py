@@ -22,7 +22,6 @@ from bench._clusters import Folder, topology
 from bench.placement import Progress, pct, timings
 from rackplane.models import (
     JobSpec,
-    PlaceJob,
     PolicySettings,
     QueueSpec,
     RegisterTopology,
@@ -55,14 +54,7 @@ def shared_cluster(racks: int, fill: float, seed: int = 7) -> tuple[ClusterState
                        priority=rng.randint(0, 3))  # fmt: skip
         f.send(SubmitJob, job=spec)
     first = f.state
-    while True:  # cycles until nothing more is placed: what a steady cycle meets
-        placed = False
-        for command in schedule(f.state):
-            placed = placed or isinstance(command, PlaceJob)
-            fields = command.model_dump(exclude={"id", "cluster", "actor", "type", "causation_id"})
-            f.send(type(command), **fields)
-        if not placed:
-            return first, f.state
+    return first, f.settle()
 
 
 def queue_cycle(racks: tuple[int, ...], repeat: int, progress: Progress) -> list[dict[str, Any]]:

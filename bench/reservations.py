@@ -22,7 +22,7 @@ from typing import Any
 from bench._clusters import Folder
 from bench.placement import pct
 from bench.queues import shared_cluster
-from rackplane.models import JobSpec, PlaceJob, Reserve, StartReservation, SubmitJob
+from rackplane.models import JobSpec, Reserve, StartReservation, SubmitJob
 from rackplane.policies import schedule
 from rackplane.projections import ClusterState
 
@@ -42,14 +42,7 @@ def with_room(state: ClusterState) -> ClusterState:
     for j in range(MEMBERS):
         spec = JobSpec(id=f"hero{j}", nodes=16 * (1 + j % 4), queue="o0-t0", reservation="hero")
         f.send(SubmitJob, job=spec)
-    while True:
-        placed = False
-        for command in schedule(f.state):
-            placed = placed or isinstance(command, PlaceJob)
-            fields = command.model_dump(exclude={"id", "cluster", "actor", "type", "causation_id"})
-            f.send(type(command), **fields)
-        if not placed:
-            return f.state
+    return f.settle()
 
 
 def pending(state: ClusterState) -> ClusterState:
