@@ -283,26 +283,16 @@ class Search:
     def alternatives(self, picked: Option, lost: Mapping[JobId, float]) -> list[DefragAlternative]:
         """Options that lost: cheaper ones that were invalid, then the next seeds by cost
         (`lost`: each victim's GPU-hours, unweighted)."""
-        out = [
-            DefragAlternative(
-                target_racks=(o.rack,),
-                victims=o.victims,
-                cost_gpu_hours=sum(lost[v] for v in o.victims),
-                why_not="a victim could not be re-placed elsewhere",
-                score=o.cost,
-            )
-            for o in self.rejected
-        ]
-        for o in self.costlier(picked, ALTERNATIVES_KEPT - len(out)):
-            out.append(
-                DefragAlternative(
-                    target_racks=(o.rack,),
-                    victims=o.victims,
-                    cost_gpu_hours=sum(lost[v] for v in o.victims),
-                    why_not="costlier",
-                    score=o.cost,
-                )
-            )
+
+        def lost_to(o: Option, why_not: str) -> DefragAlternative:
+            cost = sum(lost[v] for v in o.victims)
+            return DefragAlternative(
+                target_racks=(o.rack,), victims=o.victims, cost_gpu_hours=cost,
+                why_not=why_not, score=o.cost,
+            )  # fmt: skip
+
+        out = [lost_to(o, "a victim could not be re-placed elsewhere") for o in self.rejected]
+        out += [lost_to(o, "costlier") for o in self.costlier(picked, ALTERNATIVES_KEPT - len(out))]
         return out
 
     def costlier(self, picked: Option, want: int) -> list[Option]:

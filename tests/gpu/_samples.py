@@ -5,9 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import strategies as st
+
 from rackplane.models import GpuSample, NodeTelemetry
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+# Field strategies for generated samples: None is "unsupported"; any number may come.
+maybe_int = st.none() | st.integers(min_value=0, max_value=2**40)
+maybe_bool = st.none() | st.booleans()
+maybe_float = st.none() | st.floats(allow_nan=True, allow_infinity=True)
 
 
 def gpu(index: int = 0, **readings: Any) -> GpuSample:

@@ -10,25 +10,22 @@ from hypothesis import strategies as st
 
 from rackplane.models import GpuSample, Health, NodeTelemetry
 from rackplane.policies import GpuHealthRules
-from tests.gpu._samples import T0, node, sick
+from tests.gpu._samples import T0, maybe_bool, maybe_float, maybe_int, node, sick
 
-_maybe_int = st.none() | st.integers(min_value=0, max_value=2**40)
-_maybe_bool = st.none() | st.booleans()
-_maybe_float = st.none() | st.floats(allow_nan=True, allow_infinity=True)
 gpus = st.builds(
     GpuSample,
     index=st.integers(min_value=0, max_value=63),
-    temperature_c=_maybe_float,
-    power_w=_maybe_float,
+    temperature_c=maybe_float,
+    power_w=maybe_float,
     xid=st.none() | st.integers(min_value=0, max_value=300),
     xids=st.none() | st.lists(st.integers(min_value=0, max_value=10_000), max_size=5).map(tuple),
-    ecc_uncorrected=_maybe_int,
-    nvlink_down=_maybe_int,
+    ecc_uncorrected=maybe_int,
+    nvlink_down=maybe_int,
     fallen_off_bus=st.booleans(),
-    clock_event_reasons=_maybe_int,
-    remap_pending=_maybe_bool,
-    remap_failure=_maybe_bool,
-    retired_pages_pending=_maybe_bool,
+    clock_event_reasons=maybe_int,
+    remap_pending=maybe_bool,
+    remap_failure=maybe_bool,
+    retired_pages_pending=maybe_bool,
 )
 samples = st.lists(
     st.tuples(st.integers(min_value=-(10**6), max_value=10**7), st.lists(gpus, max_size=8)),

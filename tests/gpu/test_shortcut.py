@@ -17,26 +17,22 @@ from hypothesis import strategies as st
 from rackplane.models import GpuSample, Health, NodeTelemetry, RackHealth, XidAction
 from rackplane.policies import GpuHealthRules
 from rackplane.policies._gpu_rules import gpu_findings, new_xids, quiet
-from tests.gpu._samples import T0
-
-_maybe_int = st.none() | st.integers(min_value=0, max_value=2**40)
-_maybe_bool = st.none() | st.booleans()
-_maybe_float = st.none() | st.floats(allow_nan=True, allow_infinity=True)
+from tests.gpu._samples import T0, maybe_bool, maybe_float, maybe_int
 
 any_gpu = st.builds(
     GpuSample,
     index=st.integers(min_value=0, max_value=63),
-    temperature_c=_maybe_float,
+    temperature_c=maybe_float,
     xid=st.none() | st.integers(min_value=0, max_value=300),
     xids=st.none() | st.lists(st.integers(min_value=0, max_value=300), max_size=3).map(tuple),
-    ecc_uncorrected=_maybe_int,
-    nvlink_down=_maybe_int,
-    nvlink_up=_maybe_int,
+    ecc_uncorrected=maybe_int,
+    nvlink_down=maybe_int,
+    nvlink_up=maybe_int,
     fallen_off_bus=st.booleans(),
-    clock_event_reasons=_maybe_int,
-    remap_pending=_maybe_bool,
-    remap_failure=_maybe_bool,
-    retired_pages_pending=_maybe_bool,
+    clock_event_reasons=maybe_int,
+    remap_pending=maybe_bool,
+    remap_failure=maybe_bool,
+    retired_pages_pending=maybe_bool,
 )
 
 
