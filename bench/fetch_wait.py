@@ -19,8 +19,8 @@ from typing import Any
 
 from bench.streams import _config, _cpu_seconds, latency
 from rackplane.streams import EmbeddedBroker
-from rackplane.streams.client import ensure_topics
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 
 WAITS = (5, 10, 20, 50)
 

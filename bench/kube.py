@@ -26,9 +26,9 @@ from typing import Any
 
 from rackplane.kube._api import Json, KubeApi
 from rackplane.streams import EmbeddedBroker
-from rackplane.streams.client import ensure_topics
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 
 Progress = Callable[[str], None]
 RUN_LABEL = "bench.rackplane.io/run"

@@ -38,12 +38,13 @@ from bench._clusters import topology
 from bench.streams import _cpu_seconds, _register
 from rackplane.models import CordonNode, UncordonNode
 from rackplane.streams import EmbeddedBroker
-from rackplane.streams.client import Client, ensure_topics
+from rackplane.streams.client import Client
 from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.kafka_fetch import fetch_jars
 from rackplane.streams.kafka_local import KafkaServer
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 
 
 def _pct(values: list[float], q: float) -> float:

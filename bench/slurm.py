@@ -374,9 +374,9 @@ def run_all(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Both halves on the cluster of `make bench-slurm`; (the comparison, the jobs hit)."""
     from rackplane.streams import EmbeddedBroker
-    from rackplane.streams.client import ensure_topics
     from rackplane.streams.config import StreamConfig
     from rackplane.streams.process import WorkerProcess
+    from rackplane.streams.topics import ensure_topics
 
     names = ("RACKPLANE_TEST_SLURM_BIN", "RACKPLANE_TEST_SLURM_DIR", "RACKPLANE_TEST_SLURM_CONF")
     if not all(os.environ.get(n) for n in names):

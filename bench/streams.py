@@ -44,10 +44,11 @@ from rackplane.models import (
     Topology,
     UncordonNode,
 )
-from rackplane.streams.client import Client, ensure_topics
+from rackplane.streams.client import Client
 from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 
 Progress = Callable[[str], None]
 

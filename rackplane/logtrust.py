@@ -24,13 +24,14 @@ import binascii
 import hashlib
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 from pydantic import BaseModel
 
 from rackplane.models import Event, Signature, key_id_of
+
+if TYPE_CHECKING:  # PyNaCl (~50 ms to import) is loaded when a key is, not by every reader
+    from nacl.signing import VerifyKey
 
 EVENT_CONTEXT = b"rackplane event v1\n"
 CHECKPOINT_CONTEXT = b"rackplane checkpoint v1\n"
@@ -86,6 +87,8 @@ class LogTrust:
         Raises:
             LogTrustError: a key is not base64 of 32 bytes, or there is none.
         """
+        from nacl.signing import VerifyKey
+
         keys: dict[str, VerifyKey] = {}
         for text in public_keys:
             try:
@@ -112,6 +115,8 @@ class LogTrust:
         seen = hashlib.blake2b(raw + payload, digest_size=20).digest()
         if seen in _verified:
             return None
+        from nacl.exceptions import BadSignatureError
+
         try:
             public.verify(payload, raw)
         except BadSignatureError:

@@ -22,7 +22,7 @@ import math
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -34,7 +34,6 @@ from rackplane.cli._config import ConfigFile, positive_seconds, settings
 from rackplane.cli._render import checked, console, errors, fail, message_of, print_json
 from rackplane.cli._run import run
 from rackplane.config import RackplaneSettings
-from rackplane.keyfiles import KeyFile, KeyFileError, load_key
 from rackplane.models import (
     ACTOR_RULE,
     CancelJob,
@@ -55,6 +54,9 @@ from rackplane.models import (
     SubmitJob,
     UncordonNode,
 )
+
+if TYPE_CHECKING:  # PyNaCl (~50 ms to import) is loaded when a key file is set
+    from rackplane.keyfiles import KeyFile
 
 Broker = Annotated[str | None, typer.Option(help="kafka://host:port of the running system.")]
 Cluster = Annotated[str, typer.Option(help="Cluster id.")]
@@ -96,6 +98,8 @@ def _key(s: RackplaneSettings) -> KeyFile | None:
     """The settings' key file, read (None: none set), or exit with why."""
     if s.key_file is None:
         return None
+    from rackplane.keyfiles import KeyFileError, load_key
+
     try:
         return load_key(s.key_file)
     except KeyFileError as err:

@@ -120,8 +120,7 @@ def up(
         say(f"[green]broker[/] {broker}")
         from aiokafka.errors import KafkaError
 
-        from rackplane.streams.client import ensure_topics
-        from rackplane.streams.topics import TopicsError
+        from rackplane.streams.topics import TopicsError, ensure_topics
 
         try:
             asyncio.run(ensure_topics(config))

@@ -3,7 +3,6 @@
 Defaults < YAML config file < `RACKPLANE_*` environment variables < command-line flags.
 """
 
-from rackplane.config._doc import render_config_doc
 from rackplane.config._load import (
     CONFIG_ENV,
     MASK,
@@ -14,6 +13,14 @@ from rackplane.config._load import (
     read_config_file,
 )
 from rackplane.config._model import ENV_PREFIX, POLICY_AGENTS, RackplaneSettings
+
+
+def render_config_doc() -> str:
+    """The whole of docs/CONFIG.md (`rackplane.config._doc`, imported only for this)."""
+    from rackplane.config._doc import render_config_doc as render
+
+    return render()
+
 
 __all__ = [
     "CONFIG_ENV",

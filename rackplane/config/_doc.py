@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import re
+import textwrap
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import SecretStr
@@ -80,8 +83,30 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(c.replace("\n", " ") for c in cells) + " |"
 
 
-def _describe(field: FieldInfo) -> str:
-    return " ".join((field.description or "").split())
+def attribute_docs(cls: type) -> dict[str, str]:
+    """The docstring under each annotated attribute of `cls` and of its bases (a subclass's
+    wins), cleaned as `inspect.cleandoc` does: what pydantic's `use_attribute_docstrings`
+    would give, read only when the docs are rendered."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not klass.__module__.startswith("rackplane."):
+            continue
+        (node,) = ast.parse(textwrap.dedent(inspect.getsource(klass))).body
+        assert isinstance(node, ast.ClassDef)
+        for stmt, after in zip(node.body, node.body[1:], strict=False):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[stmt.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def _describe(field: FieldInfo, doc: str | None) -> str:
+    return " ".join((field.description or doc or "").split())
 
 
 def render_config_doc() -> str:
@@ -89,17 +114,25 @@ def render_config_doc() -> str:
     lines = [_HEAD.rstrip("\n"), ""]
     lines.append(_row(["setting", "environment variable", "type", "default", "meaning"]))
     lines.append(_row(["---"] * 5))
+    docs = attribute_docs(RackplaneSettings)
     for name, field in RackplaneSettings.model_fields.items():
         secret = "SecretStr" in str(field.annotation)
         env = ENV_PREFIX + name.upper() + ("__<FIELD>" if name == "policy" else "")
-        meaning = _describe(field) + (" **Secret.**" if secret else "")
+        meaning = _describe(field, docs.get(name)) + (" **Secret.**" if secret else "")
         lines.append(_row([f"`{name}`", f"`{env}`", _type(field), _default(field), meaning]))
     lines.append(_POLICY_HEAD.rstrip("\n"))
     lines.append("")
     lines.append(_row(["field", "environment variable", "type", "default", "meaning"]))
     lines.append(_row(["---"] * 5))
+    docs = attribute_docs(PolicySettings)
     for name, field in PolicySettings.model_fields.items():
         env = f"{ENV_PREFIX}POLICY__{name.upper()}"
-        cells = [f"`{name}`", f"`{env}`", _type(field), _default(field), _describe(field)]
+        cells = [
+            f"`{name}`",
+            f"`{env}`",
+            _type(field),
+            _default(field),
+            _describe(field, docs.get(name)),
+        ]
         lines.append(_row(cells))
     return "\n".join(lines) + "\n"

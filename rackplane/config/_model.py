@@ -59,7 +59,7 @@ class RackplaneSettings(BaseSettings):
         extra="forbid",
         frozen=True,
         validate_default=True,
-        use_attribute_docstrings=True,
+        # field docstrings: read by docs/CONFIG.md's `attribute_docs`, not at class creation
     )
 
     # -- Kafka ------------------------------------------------------------------------------

@@ -20,19 +20,16 @@ from pydantic import ValidationError
 
 from rackplane.logtrust import Judge
 from rackplane.models import REJECTIONS, TELEMETRY, Command, Event, NodeTelemetry, Rejection
+from rackplane.streams._records import is_marker, partition_for
 from rackplane.streams.codec import decode_event, encode_command
 from rackplane.streams.config import StreamConfig
-from rackplane.streams.eventlog import is_marker, partition_for
-from rackplane.streams.topics import TOPICS, ensure_topics
 
-__all__ = ["TOPICS", "BrokerUnreachable", "Client", "ensure_topics"]
+__all__ = ["BrokerUnreachable", "Client"]
 
 CONNECT_TIMEOUT_S = 8.0
 """How long the client waits for the brokers' first answer (a listener that accepts the
 connection and says nothing would otherwise hold it for aiokafka's 40-s request timeout):
 a dead broker is reported within 10 s."""
-DIRECT_QUIET_S = 0.05
-"""How long the direct outcome waits for more of its events after the last one came."""
 SETTLE_S = 1.0
 """How long a command's chain of events must stay quiet before its outcome is complete. On
 this project's test worker (Tansu, a checkpoint every 10 events; 2026-12-05, 26 chains a
@@ -270,9 +267,7 @@ async def _collect(
     sent = time.monotonic()
     deadline = sent + timeout
     found: list[Event] = []
-    # The events a command causes directly are appended together: a short quiet after them
-    # ends the direct outcome.
-    quiet = settle if chain.follow else DIRECT_QUIET_S
+    quiet = settle
     quiet_after: float | None = None
     while time.monotonic() < deadline:
         wait = 200 if quiet_after is None else max(10, int((quiet_after - time.monotonic()) * 1000))
@@ -289,8 +284,13 @@ async def _collect(
                 if trusted(record, event) and chain.takes(event):
                     found.append(event)
                     got = True
+        if got and not chain.follow:
+            # The events a command caused directly are one decision, written as one record
+            # batch (streams/_append.py), and a fetch hands a batch over whole (getmany reads
+            # without `max_records`): the fetch that brought the first of them brought all.
+            return found
         if got:
-            if quiet_after is None and chain.follow:  # the first event: how slow is it today?
+            if quiet_after is None:  # the first event: how slow is it today?
                 direct = time.monotonic() - sent
                 quiet = min(max(settle, SETTLE_PER_DIRECT * direct), max(settle, SETTLE_MAX_S))
             quiet_after = time.monotonic() + quiet

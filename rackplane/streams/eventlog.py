@@ -36,17 +36,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from rackplane.logtrust import LogTrust, judge
 from rackplane.models import Event
 from rackplane.projections import ClusterState, evolve, fold, initial_state
+from rackplane.streams._records import MARKER_HEADER as MARKER_HEADER  # re-exported: the
+from rackplane.streams._records import is_marker as is_marker  # log's readers import them
+from rackplane.streams._records import partition_for as partition_for  # from here
 from rackplane.streams.codec import decode_event
 
 log = logging.getLogger("rackplane.eventlog")
 
-MARKER_HEADER = "rackplane-marker"
 STALL_S = 60.0
 """Seconds a read may go without a new record before the end, before it fails."""
 EVENTS_KEPT = 10_000
@@ -55,11 +56,6 @@ rebuild; a read of a long log must not hold the whole history in memory."""
 DIGESTS_KEPT = 100_000
 """Seqs per cluster whose record digests a read keeps to tell a duplicate from a fork; an older
 seq met again is taken for a fork (it cannot be a retry)."""
-
-
-def is_marker(headers: Sequence[tuple[str, bytes]] | None) -> bool:
-    """True for a marker record (see the module docstring)."""
-    return any(k == MARKER_HEADER for k, _ in headers or ())
 
 
 OPENING = frozenset({"TopologyRegistered", "CommandRejected", "CommandIgnored"})
@@ -71,12 +67,6 @@ sent them to `rejected` instead)."""
 def opens_a_log(event: Event) -> bool:
     """True for an event that may be among the first of a cluster not registered yet."""
     return event.type in OPENING
-
-
-def partition_for(cluster: str, partitions: int) -> int:
-    """The partition a cluster's commands and events live in: the Kafka default partitioner
-    (murmur2 of the key, as every Kafka client computes it) over `partitions`."""
-    return int(murmur2(cluster.encode()) & 0x7FFFFFFF) % partitions
 
 
 class LogCorrupt(RuntimeError):

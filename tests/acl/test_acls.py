@@ -32,9 +32,9 @@ from rackplane.models import (
     TopologyRegistered,
 )
 from rackplane.streams.acls import acls
-from rackplane.streams.client import ensure_topics
 from rackplane.streams.config import KafkaSecurity, StreamConfig
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 from tests.acl._clients import pipeline, write_marker
 from tests.streams.conftest import new_cluster, small_topology
 

@@ -28,9 +28,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from rackplane.streams.acls import command_lines
-from rackplane.streams.client import ensure_topics
 from rackplane.streams.config import KafkaSecurity, StreamConfig
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 from tests.acl._clients import pipeline, write_marker
 from tests.faults._kafka import kafka_server
 from tests.streams.conftest import new_cluster, small_topology

@@ -15,8 +15,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
-from rackplane.streams.client import TOPICS
 from rackplane.streams.config import StreamConfig
+from rackplane.streams.topics import TOPICS
 
 UNLIMITED = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 A_WEEK = {"retention.ms": str(7 * 24 * 3600 * 1000), "cleanup.policy": "delete"}

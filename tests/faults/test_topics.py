@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from rackplane.streams.client import TOPICS
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.process import READY, WorkerProcess
+from rackplane.streams.topics import TOPICS
 from tests.faults._case import FaultCase
 from tests.faults._check import Verdict
 from tests.faults._topics import A_WEEK, create_topics, partition_counts, topic_settings

@@ -19,10 +19,11 @@ from rackplane.models import (
     Topology,
 )
 from rackplane.projections import ClusterState, evolve, initial_state
-from rackplane.streams.client import Client, ensure_topics
+from rackplane.streams.client import Client
 from rackplane.streams.codec import decode_event
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 from tests.conftest import BrokerUnderTest
 
 READ_TIMEOUT_S = 60.0

@@ -88,3 +88,24 @@ def test_the_wait_is_bounded_however_slow_the_direct_answer() -> None:
         "JobSubmitted"
     ]
     assert time.monotonic() - started < 2.0 + client.SETTLE_MAX_S + 0.5
+
+
+def test_the_direct_outcome_is_the_fetch_that_brought_the_commands_decision() -> None:
+    # A decision is one record batch, handed over whole by one fetch: without `follow`
+    # (`--no-wait`) the outcome is what that fetch brought: an event of the command fetched
+    # later (which a real log never holds) is not waited for.
+    h = Harness().given(register(rack("r1", nodes=8)))
+    submit = cmd(SubmitJob, job=job("j", 2))
+    (event,) = h.when(submit)
+    one, two, three = (
+        encode_event(event.model_copy(update={"seq": event.seq + k})) for k in range(3)
+    )
+    got = asyncio.run(
+        client._collect(
+            Timed([(0.01, one), (0.01, two), (0.04, three)]),
+            client._Chain(submit, follow=False),
+            20.0,
+            client.SETTLE_S,
+        )
+    )
+    assert [e.seq for e in got] == [event.seq, event.seq + 1]

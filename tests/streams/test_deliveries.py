@@ -15,7 +15,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from rackplane.models import Command
 from rackplane.streams._deliveries import CatchUp, Holes, RecordReader, merged
-from rackplane.streams.client import ensure_topics
+from rackplane.streams.topics import ensure_topics
 from tests.conftest import BrokerUnderTest
 from tests.streams.conftest import new_config
 from tests.streams.test_controller import (

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from rackplane.cli import app
 from rackplane.models import TELEMETRY, NodeTelemetry
-from rackplane.streams.client import ensure_topics
 from rackplane.streams.config import StreamConfig
+from rackplane.streams.topics import ensure_topics
 from tests.conftest import BrokerUnderTest
 from tests.exporters.fake_nvml import FakeNvml
 

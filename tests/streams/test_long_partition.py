@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rackplane.streams.client import ensure_topics
 from rackplane.streams.eventlog import MARKER_HEADER
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 from tests.broker._batches import fill_one_record_batches
 from tests.conftest import BrokerUnderTest
 from tests.streams.conftest import Pipeline, new_cluster, new_config

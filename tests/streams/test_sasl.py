@@ -14,9 +14,10 @@ from aiokafka.errors import KafkaError
 
 from rackplane.config import load_settings
 from rackplane.models import RegisterTopology, TopologyRegistered
-from rackplane.streams.client import Client, ensure_topics
+from rackplane.streams.client import Client
 from rackplane.streams.config import StreamConfig
 from rackplane.streams.process import WorkerProcess
+from rackplane.streams.topics import ensure_topics
 from tests.streams.conftest import new_cluster, small_topology
 
 pytestmark = [pytest.mark.broker, pytest.mark.kafka_only]

@@ -8,9 +8,10 @@ import uuid
 import pytest
 
 from rackplane.models import CordonNode
-from rackplane.streams.client import Client, ensure_topics
+from rackplane.streams.client import Client
 from rackplane.streams.codec import decode_command, encode_event
 from rackplane.streams.config import StreamConfig
+from rackplane.streams.topics import ensure_topics
 from rackplane.tui import LiveSource
 from rackplane.tui._cluster_grid import ClusterGrid
 from tests.conftest import BrokerUnderTest
