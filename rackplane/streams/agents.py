@@ -628,6 +628,10 @@ class GpuManager:
         self.limit = limit
         self.reported: dict[tuple[str, str], Health] = {}
         self.samples = 0
+        self.folded: dict[int, int] = {}
+        """The highest telemetry offset handled, per partition."""
+        self.redelivered = 0
+        """Records passed over because they were handled already."""
 
     async def on_events(self, batch: Sequence[Any]) -> None:
         """Keep the replica current (the verdict compares with what the controller knows)."""
@@ -649,11 +653,25 @@ class GpuManager:
             self.replicas.put(state)
 
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
-        """Classify each sample; report a node whose verdict changed."""
+        """Classify each sample; report a node whose verdict changed.
+
+        A record at or below the highest offset handled on its partition is passed over: the
+        loop reads again from its last commit after the group moved (at-least-once), and
+        folding a sample twice is not harmless. A node's state moves with each sample (a
+        sticky XID is new only if the one before differs), so an older sample read again
+        after a repair (no XID yet) would make the sticky XID 79 that followed look like a
+        new incident and fail the repaired node again.
+        """
         out: list[tuple[bytes, bytes]] = []
         rejections: list[Rejection] = []
         states = self.replicas.states
+        folded = self.folded
         for ev in batch:
+            message = getattr(ev, "message", ev)
+            if message.offset <= folded.get(message.partition, -1):
+                self.redelivered += 1
+                continue
+            folded[message.partition] = message.offset
             d = decode(
                 ev, TELEMETRY.validate_json, agent=self.name, topic=self.topic, limit=self.limit
             )
@@ -670,7 +688,6 @@ class GpuManager:
                 state = await self.replicas.lookup(sample.cluster)
             node = state.nodes.get(sample.node) if state is not None else None
             if node is None or state is None:
-                message = getattr(ev, "message", ev)
                 rejections.append(
                     rejection(
                         raw=message.value,

@@ -291,3 +291,28 @@ async def test_a_forged_event_is_not_handed_over_but_its_offset_counts_as_delive
     bad = len(records) - 2
     assert agent.offsets() == [o for o in range(len(records)) if o != bad]
     assert f.forged == 1 and f.holes.next == {0: len(records)} and topic.reads == []
+
+
+async def test_a_sample_read_again_after_the_group_moved_is_not_folded_twice() -> None:
+    """The failure seen in a parallel `make test`: after a repair the node failed again. The
+    telemetry loop reads again from its last commit when its group moves; an older sample
+    without an XID, folded a second time, cleared the sticky XID 79, and the next sample's
+    79 looked like a new incident."""
+    r = rig()
+    c, n = cluster_on(0), "r0-n0"
+    await decided(r, register(c), report(c, n, Health.FAILED, 1))
+    topic = EventsTopic(r.log)
+    manager, sent = manager_of(r.log)
+    manager.reported[(c, n)] = Health.FAILED  # it reported the failure itself
+    before = [sample(c, n, 0), sample(c, n, 5, xid=79)]  # clean, then XID 79 (sticky)
+    await manager.on_telemetry(before)
+    loaded = len(r.log.records[0])
+    await decided(r, repair(c, n))
+    await manager.on_events(topic.records(0)[loaded:])
+    hot = [sample(c, n, s, xid=79, temperature_c=95.0) for s in (10, 15)]  # hot for a while
+    await manager.on_telemetry(hot)
+    assert [(x.type, x.health) for x in sent.commands] == [("ReportNodeHealth", Health.DEGRADED)]  # type: ignore[union-attr]
+
+    await manager.on_telemetry([*before, *hot, sample(c, n, 20, xid=79, temperature_c=95.0)])
+    assert [(x.type, x.health) for x in sent.commands] == [("ReportNodeHealth", Health.DEGRADED)]  # type: ignore[union-attr]
+    assert manager.redelivered == 4
