@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SRC    := rackplane tests bench scripts
+# pytest-xdist workers for `make test` (its broker tests mostly wait: two workers on two cores
+# took 11m20s where one took 13m08s, both on a loaded machine; `make test TEST_WORKERS=0` runs
+# serially)
+TEST_WORKERS ?= 2
 
 .PHONY: up demo test test-kafka test-acl test-k8s test-slurm test-rules test-faults lint bench bench-kafka bench-k8s bench-slurm clean kcat
 
@@ -37,7 +41,7 @@ test: $(VENV)/.dev kcat
 	$(BIN)/ruff check $(SRC)
 	$(BIN)/ruff format --check $(SRC)
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 ## test-kafka: the broker contract suite against a real Apache Kafka 4.x (KRaft), fetched with Maven
 test-kafka: $(VENV)/.dev kcat

@@ -22,6 +22,13 @@ from rackplane.streams import EmbeddedBroker
 settings.register_profile("rackplane", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rackplane")
 
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment, and a Rich
+# console made at import (the CLI's) keeps the width it found then, whatever a test's CliRunner
+# sets later: drop them, so a worker renders as a serial run does.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 ENV_VAR = "RACKPLANE_TEST_BROKER"
 
 # Consumer-group joins wait about half the session timeout on Tansu (STACK_NOTES.md), and a
