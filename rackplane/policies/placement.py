@@ -21,7 +21,10 @@ Algorithm overview (a job of k full slices of size s, plus at most one smaller r
    nodes of a rack are the ones shown as its spares).
 
 If step 4 or 6 finds nothing while step 2 passed, the verdict is `topology`: enough nodes in
-total, not in rack-shaped pieces. Cost: O(racks) per job, plus a sort of the chosen domain.
+total, not in rack-shaped pieces. Cost per job: steps 2-6 read the cycle's view, indexed by
+room and patched for the racks changed since the last one (`_rack_choice`): O(room values)
+when one rack takes the job, O(pods + the chosen pods' racks) otherwise; step 7 sorts the
+chosen racks' free nodes. Rebuilding the view (no logged path) is O(racks).
 """
 
 from __future__ import annotations
@@ -31,15 +34,10 @@ from dataclasses import dataclass, replace
 
 from immutables import Map
 
-from rackplane.models import (
-    BlockReason,
-    Health,
-    NodeId,
-    PodId,
-    RackHealth,
-    RackId,
-    TopologyIndex,
-)
+from rackplane.models import Health, NodeId, RackHealth, RackId, TopologyIndex
+from rackplane.policies._rack_choice import Unplaceable as Unplaceable
+from rackplane.policies._rack_choice import View, choose_on_view, shape
+from rackplane.policies._rack_choice import choose_racks as choose_racks
 from rackplane.projections import _changes
 from rackplane.projections.state import ClusterState, RackState
 
@@ -50,16 +48,6 @@ class Placement:
 
     slices: tuple[tuple[NodeId, ...], ...]
     racks: tuple[RackId, ...]
-    explanation: str
-
-
-@dataclass(frozen=True, slots=True)
-class Unplaceable:
-    """Why a job does not fit now, with the numbers behind the verdict."""
-
-    reason: BlockReason
-    allocatable_nodes: int
-    placeable_slices: int
     explanation: str
 
 
@@ -92,12 +80,16 @@ class Capacity:
         self.usable: dict[RackId, int] = dict(table)
         self.degraded: frozenset[RackId] = degraded
         """Degraded racks: used only when the healthy racks cannot take a job."""
-        self._views: dict[frozenset[RackId], _View] = {}
+        self._views: dict[frozenset[RackId], View] = {}
         """Views and their totals by `exclude`, while the usable counts stay as they are:
         a cycle asks the same question for job after job that does not fit."""
         self._entry: _Entry | None = entry
         """The state's table while `usable` is still that table (nothing taken, withheld,
         released or held yet): its view with no exclusion is shared across cycles."""
+        self._base: View | None = None
+        """The last view with no exclusion, right but for the `_dirty` racks: the next one
+        is it patched for them, not a rebuild over every rack."""
+        self._dirty: set[RackId] = set()
 
     @property
     def total(self) -> int:
@@ -125,6 +117,7 @@ class Capacity:
             rack = rack_of[n].rack
             self.taken.setdefault(rack, set()).add(n)
             self.usable[rack] -= 1
+            self._dirty.add(rack)
         self._changed()
 
     def withhold(self, nodes: Iterable[NodeId]) -> None:
@@ -142,6 +135,7 @@ class Capacity:
             ):
                 taken.add(n)
                 self.usable[rack] -= 1
+                self._dirty.add(rack)
         self._changed()
 
     def without(self, nodes: Iterable[NodeId]) -> Capacity:
@@ -164,6 +158,7 @@ class Capacity:
                 continue
             self.freed.setdefault(node.rack, set()).add(n)
             self.usable[node.rack] += 1
+            self._dirty.add(node.rack)
         self._changed()
 
     def copy(self) -> Capacity:
@@ -179,12 +174,15 @@ class Capacity:
         other.withheld = set(self.withheld)
         other._views = {}
         other._entry = self._entry
+        other._base = self._base
+        other._dirty = set(self._dirty)
         return other
 
     def hold(self, racks: Iterable[RackId]) -> None:
         """Hide racks from every later query of this cycle (a head-of-line reservation)."""
         for r in racks:
             self.usable[r] = min(self.usable[r], 0)
+            self._dirty.add(r)
         self._changed()
 
     def _changed(self) -> None:
@@ -195,80 +193,32 @@ class Capacity:
         """Usable nodes per rack (never negative), with `exclude` seen as full."""
         return {r: (0 if r in exclude or u < 0 else u) for r, u in self.usable.items()}
 
-    def cached_view(self, exclude: frozenset[RackId] | set[RackId] = frozenset()) -> _View:
+    def cached_view(self, exclude: frozenset[RackId] | set[RackId] = frozenset()) -> View:
         """`view(exclude)` with its totals, built once until the usable counts change. Its
-        `usable` must not be changed."""
+        `usable` must not be changed. The view with no exclusion is the last one patched for
+        the racks changed since; one with exclusions is it patched for the excluded racks
+        (O(racks changed), not O(racks))."""
         key = frozenset(exclude)
         got = self._views.get(key)
-        if got is None:
-            entry = self._entry
-            if not key and entry is not None:
+        if got is not None:
+            return got
+        if key:
+            whole = self.cached_view()
+            hidden = [r for r in key if r in whole.usable]
+            got = whole.patched(dict.fromkeys(hidden, 0), hidden)
+        else:
+            entry, base = self._entry, self._base
+            if entry is not None:
                 got = entry.view
                 if got is None:
-                    got = entry.view = _View(self.view(key))
+                    got = entry.view = View(self.view(), self.index)
+            elif base is not None:
+                got = base.patched(self.usable, self._dirty)
             else:
-                got = _View(self.view(key))
-            self._views[key] = got
+                got = View(self.view(), self.index)
+            self._base, self._dirty = got, set()
+        self._views[key] = got
         return got
-
-
-class _View:
-    """A view of usable nodes per rack and what `choose_racks` first checks of it: the total,
-    the largest room, and per slice size how many slices fit (counted when first asked)."""
-
-    __slots__ = ("fits", "largest", "total", "usable")
-
-    def __init__(self, usable: dict[RackId, int]) -> None:
-        self.usable = usable
-        self.total = sum(usable.values())
-        self.largest = max(usable.values(), default=0)
-        self.fits: dict[int, int] = {}
-
-    def slices(self, size: int) -> int:
-        """Slices of `size` nodes the racks fit, all together."""
-        n = self.fits.get(size)
-        if n is None:
-            n = self.fits[size] = sum(u // size for u in self.usable.values() if u >= size)
-        return n
-
-    def patched(self, table: dict[RackId, int], changed: Iterable[RackId]) -> _View:
-        """This view of an earlier table, for `table`, which differs at most at `changed`
-        racks: the same numbers as `_View` of `table`'s view, in O(changed x sizes asked)."""
-        usable, fits = dict(self.usable), dict(self.fits)
-        total, largest, stale = self.total, self.largest, False
-        for r in changed:
-            old, new = usable[r], max(table[r], 0)
-            if old == new:
-                continue
-            usable[r] = new
-            total += new - old
-            for size in fits:
-                fits[size] += new // size - old // size
-            if new > largest:
-                largest = new
-            elif old == largest:
-                stale = True  # the largest may have shrunk: take the maximum again
-        out = object.__new__(_View)
-        out.usable, out.fits, out.total = usable, fits, total
-        out.largest = max(usable.values(), default=0) if stale else largest
-        return out
-
-    def hopeless(self, sizes: Sequence[int]) -> Unplaceable | None:
-        """The verdict `choose_racks` reaches for `sizes`, when the totals alone give it: too
-        few nodes in all, or too few rack-shaped slices (the same numbers and words)."""
-        need, s = sum(sizes), sizes[0]
-        k = sum(1 for x in sizes if x == s)
-        placeable = min(k, self.slices(s))
-        if self.total < need:
-            return Unplaceable(
-                "capacity",
-                self.total,
-                placeable,
-                f"needs {need} nodes ({_shape(sizes)}); {self.total} allocatable cluster-wide",
-            )
-        if placeable < k:
-            return _topology_block(self.usable, sizes, self.total, placeable)
-        return None
 
 
 _Table = tuple[dict[RackId, int], frozenset[RackId]]
@@ -284,7 +234,7 @@ class _Entry:
         self, racks: Map[RackId, RackState], index: TopologyIndex, spares: int, table: _Table
     ) -> None:
         self.racks, self.index, self.spares, self.table = racks, index, spares, table
-        self.view: _View | None = None
+        self.view: View | None = None
 
 
 _LAST: list[_Entry] = []
@@ -370,6 +320,8 @@ def find_placement(
     Returns:
         A `Placement`, or an `Unplaceable` saying `capacity` or `topology` and why.
     """
+    index = capacity.index
+    view: View | None = None
     if within is not None:
         allowed = set(within)
         usable = {r: (u if r in allowed else 0) for r, u in capacity.view(exclude).items()}
@@ -382,14 +334,23 @@ def find_placement(
     if hopeless is not None:
         return _counted(hopeless, degraded)
     if degraded:
-        healthy = dict(usable)
-        for r in degraded:
-            healthy[r] = 0
-        first = choose_racks(capacity.index, healthy, sizes)
+        if view is not None:
+            healthy_view = view.patched(dict.fromkeys(degraded, 0), degraded)
+            healthy = healthy_view.usable
+            first = choose_on_view(index, healthy_view, sizes)
+        else:
+            healthy = dict(usable)
+            for r in degraded:
+                healthy[r] = 0
+            first = choose_racks(index, healthy, sizes)
         if not isinstance(first, Unplaceable):
             slices = _pick_nodes(capacity, first, sizes)
             return Placement(slices, tuple(first), _explain(capacity, healthy, first, sizes))
-    racks = choose_racks(capacity.index, usable, sizes)
+    racks = (
+        choose_on_view(index, view, sizes)
+        if view is not None
+        else choose_racks(index, usable, sizes)
+    )
     if isinstance(racks, Unplaceable):
         return _counted(racks, degraded)
     slices = _pick_nodes(capacity, racks, sizes)
@@ -411,111 +372,6 @@ def _counted(verdict: Unplaceable, degraded: Sequence[RackId]) -> Unplaceable:
     return replace(verdict, explanation=verdict.explanation + note)
 
 
-def choose_racks(
-    index: TopologyIndex, usable: dict[RackId, int], sizes: Sequence[int]
-) -> list[RackId] | Unplaceable:
-    """Steps 2-6 on counts alone: the rack of each slice, or why none. `usable` is never
-    negative (see `Capacity.view`). Cheap enough to validate many candidate plans with."""
-    need = sum(sizes)
-    total = sum(usable.values())
-    s = sizes[0]
-    k = sum(1 for x in sizes if x == s)
-    rest = sizes[k:]
-    fits = {r: u // s for r, u in usable.items() if u >= s}
-    placeable = min(k, sum(fits.values()))
-    if total < need:
-        return Unplaceable(
-            "capacity",
-            total,
-            placeable,
-            f"needs {need} nodes ({_shape(sizes)}); {total} allocatable cluster-wide",
-        )
-    chosen = _full_slices(index, usable, fits, s, k)
-    if chosen is None:
-        return _topology_block(usable, sizes, total, placeable)
-    racks = list(chosen)
-    if not rest:
-        return racks
-    left = dict(usable)
-    for rack in chosen:
-        left[rack] -= s
-    for size in rest:
-        target = _nearest_best_fit(index, left, size, anchor=racks[0])
-        if target is None:
-            return _topology_block(usable, sizes, total, placeable)
-        left[target] -= size
-        racks.append(target)
-    return racks
-
-
-def _full_slices(
-    index: TopologyIndex, usable: dict[RackId, int], fits: dict[RackId, int], s: int, k: int
-) -> list[RackId] | None:
-    """Racks for k slices of size s (a rack repeated when it takes several), or None."""
-    if sum(fits.values()) < k:
-        return None
-    order = index.rack_order
-    # One rack that takes every slice: the tightest.
-    whole = [r for r, c in fits.items() if c >= k]
-    if whole:
-        best = min(whole, key=lambda r: (usable[r], order[r]))
-        return [best] * k
-    pod_fits: dict[PodId, int] = {}
-    pod_of = index.pod_of
-    for r, c in fits.items():
-        p = pod_of(r)
-        pod_fits[p] = pod_fits.get(p, 0) + c
-    pod_rank = {p: i for i, p in enumerate(index.pod_racks)}
-    pods_fit = [p for p, c in pod_fits.items() if c >= k]
-    if pods_fit:
-        best_pod = min(pods_fit, key=lambda p: (pod_fits[p], pod_rank[p]))
-        pods = [best_pod]
-    else:
-        pods = _spanning_pods(index, pod_fits, pod_rank, k)
-    chosen: list[RackId] = []
-    for p in pods:
-        racks = sorted(
-            (r for r in index.pod_racks[p] if fits.get(r, 0) > 0),
-            key=lambda r: (usable[r], order[r]),
-        )
-        for r in racks:
-            take = min(fits[r], k - len(chosen))
-            chosen.extend([r] * take)
-            if len(chosen) == k:
-                return chosen
-    return None  # unreachable: the pods above hold at least k slices
-
-
-def _spanning_pods(
-    index: TopologyIndex, pod_fits: dict[PodId, int], pod_rank: dict[PodId, int], k: int
-) -> list[PodId]:
-    """Pods for a job no single pod can hold: one superpod if it can, largest pods first."""
-    superpod_of = index.superpod_of
-    groups: dict[PodId | None, int] = {}
-    for p, c in pod_fits.items():
-        groups[superpod_of[p]] = groups.get(superpod_of[p], 0) + c
-    fitting = [g for g, c in groups.items() if g is not None and c >= k]
-    if fitting:
-        group: PodId | None = min(fitting, key=lambda g: (groups[g], str(g)))
-        candidates = [p for p in pod_fits if superpod_of[p] == group]
-        return sorted(candidates, key=lambda p: (-pod_fits[p], pod_rank[p]))
-    # Span superpods: the largest superpods first, largest pods first inside each.
-    group_rank = {g: -c for g, c in groups.items()}
-    return sorted(pod_fits, key=lambda p: (group_rank[superpod_of[p]], -pod_fits[p], pod_rank[p]))
-
-
-def _nearest_best_fit(
-    index: TopologyIndex, usable: dict[RackId, int], size: int, anchor: RackId | None
-) -> RackId | None:
-    order = index.rack_order
-    candidates = [r for r, u in usable.items() if u >= size]
-    if not candidates:
-        return None
-    if anchor is None:
-        return min(candidates, key=lambda r: (usable[r], order[r]))
-    return min(candidates, key=lambda r: (index.hops(anchor, r), usable[r], order[r]))
-
-
 def _pick_nodes(
     capacity: Capacity, racks: Sequence[RackId], sizes: Sequence[int]
 ) -> tuple[tuple[NodeId, ...], ...]:
@@ -531,26 +387,6 @@ def _pick_nodes(
     return tuple(out)
 
 
-def _topology_block(
-    usable: dict[RackId, int], sizes: Sequence[int], total: int, placeable: int
-) -> Unplaceable:
-    largest = max(usable.values(), default=0)
-    return Unplaceable(
-        "topology",
-        total,
-        placeable,
-        f"needs {_shape(sizes)}, each inside one rack; {total} nodes allocatable "
-        f"cluster-wide but only {placeable} of {len(sizes)} slices fit (largest rack room: "
-        f"{largest})",
-    )
-
-
-def _shape(sizes: Sequence[int]) -> str:
-    if len(set(sizes)) == 1:
-        return f"{len(sizes)} slice{'s' if len(sizes) > 1 else ''} of {sizes[0]}"
-    return "slices of " + "+".join(map(str, sizes))
-
-
 def _explain(
     capacity: Capacity, usable: dict[RackId, int], racks: Sequence[RackId], sizes: Sequence[int]
 ) -> str:
@@ -563,8 +399,8 @@ def _explain(
         rack = capacity.state.racks[r]
         kind = "empty" if len(rack.free) == rack.size else "partly used"
         return (
-            f"{_shape(sizes)} on rack {r} (best fit: {room} allocatable nodes, {kind} rack), "
+            f"{shape(sizes)} on rack {r} (best fit: {room} allocatable nodes, {kind} rack), "
             f"pod {pods[0]}"
         )
     where = f"pod {pods[0]}" if len(pods) == 1 else f"{len(pods)} pods ({', '.join(pods)})"
-    return f"{_shape(sizes)} on {len(distinct)} racks in {where}, best fit by rack"
+    return f"{shape(sizes)} on {len(distinct)} racks in {where}, best fit by rack"
