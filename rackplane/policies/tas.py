@@ -100,6 +100,8 @@ class TopologyAwareScheduler:
 
 def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
     """One scheduling cycle over the queue; returns PlaceJob and BlockJob proposals."""
+    if not state.any_queued():
+        return []  # nothing to place or block: skip building the cycle's capacities
     out = Proposals(policy, state)
     capacity = Capacity(state)
     borrow = Capacity(state, keep_spares=False) if state.settings.borrow_spares else None

@@ -317,6 +317,10 @@ class ClusterState:
         log) plus the jobs changed since the last call (`_queued_of`), not O(jobs)."""
         return sorted(_queued_of(self.jobs).values(), key=_QUEUE_KEY)
 
+    def any_queued(self) -> bool:
+        """True when some job is queued; O(jobs changed since the last look), like `queued`."""
+        return bool(_queued_of(self.jobs))
+
     def status_of(self, job: JobId) -> JobStatus | None:
         """A job's status, finished or not; None for a job never submitted."""
         state = self.jobs.get(job)
