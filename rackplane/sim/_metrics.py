@@ -1,7 +1,8 @@
 """Counting what a run did, from its events and regular samples; the final metrics.
 
 The collector reads events (what the controller decided) and the state (sampled every
-`runtime.sample_minutes`, O(racks) per sample: it reads `RackState.free`, not the nodes), plus
+`runtime.sample_minutes`, O(racks changed since the last sample: `_rack_sums`) per sample: it
+reads `RackState.free`, not the nodes), plus
 the runtime's per-job accounts at the end. It never reaches into a policy.
 
 GPU-hours lost come from two places: the events' own `lost_gpu_hours` (re-queues after a
@@ -31,6 +32,7 @@ from rackplane.models import (
     SliceMigrated,
 )
 from rackplane.projections import ClusterState
+from rackplane.sim._rack_sums import RackSums
 from rackplane.sim._runtime import JobRun
 from rackplane.sim.report import PolicyMetrics, WaitStats
 
@@ -56,6 +58,7 @@ class Collector:
         self.failed_sum = 0.0
         self.commands = 0
         self.active = False
+        self.rack_sums = RackSums()
 
     def measure(self, now: datetime, runs: Mapping[str, JobRun]) -> None:
         """Start measuring: events and samples count from `now`; job accounts restart."""
@@ -108,21 +111,7 @@ class Collector:
         """One capacity sample: usable nodes (the capacity model), fragmentation, failures."""
         if not self.active:
             return
-        s = state.settings.slice_size
-        spares = state.settings.spares_per_rack
-        local = state.settings.rack_local_slices
-        usable = fragmented = 0
-        for rack in state.racks.values():  # O(racks); order does not matter for sums
-            if not rack.in_service:  # a degraded rack still runs work
-                continue
-            healthy = min(rack.size - down.get(rack.id, 0), rack.size - spares)
-            room = len(rack.free) - spares
-            if local:
-                usable += s * (healthy // s)
-                if room > 0:
-                    fragmented += room % s
-            else:
-                usable += max(0, healthy)
+        usable, fragmented = self.rack_sums.sums(state, down)  # patched (`_rack_sums`)
         self.samples += 1
         self.usable_sum += usable
         self.fragmented_sum += fragmented
