@@ -97,6 +97,14 @@ def test_each_command_the_table_names_is_registered_by_its_module_alone() -> Non
         assert _command_names(cli.build((module,), everything=False)) == commands, module
 
 
+def test_a_command_run_by_name_is_the_only_one_built_and_keeps_its_name() -> None:
+    from rackplane import cli
+
+    for command, module in cli._ONE_MODULE.items():
+        app = cli.build((module,), everything=False, only=command)
+        assert _command_names(app) == {command}, command
+
+
 def test_every_command_of_the_command_modules_is_in_the_table() -> None:
     from rackplane import cli
 
