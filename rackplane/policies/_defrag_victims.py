@@ -4,12 +4,15 @@ each would give back, rack by rack (see `defrag`).
 Theory of operation. A plan reads every candidate victim: the search ranks all of them by
 cost, and each rack's options and lower bound need the victims on that rack. That is
 O(victims) per plan and cannot be less (costs move with `now`), so the pass is kept to a few
-steps per job: a slice lies inside the racks its `racks` names (a state invariant), so a
-rack-local slice's nodes are counted by its length, not node by node; the nodes that do not
-count (out of service: unhealthy or cordoned; kept from the job by a reservation) are found
-once, by one pass over the nodes (O(nodes), no per-node lookups), and taken off their holders.
-A job's nodes per rack and its GPUs are remembered from the last plan while its state is the
-same object (`_MEMO`): between two plans most jobs did not change.
+steps per job, in one pass over the jobs: what a plan reads of a job that does not move with
+`now` (whether it may ever be a victim, its priority, its nodes per rack, its GPUs, ...) is
+remembered from the last plan while its state is the same object (`_MEMO`: between two plans
+most jobs did not change), and a slice lies inside the racks its `racks` names (a state
+invariant), so a rack-local slice's nodes are counted by its length, not node by node. The
+nodes that do not count (out of service: unhealthy or cordoned; kept from the job by a
+reservation) are taken off their holders: the out-of-service ones come from a table by rack
+patched for the racks the fold changed since the last plan (`out_of_service`), not from a
+pass over every node.
 Nothing here depends on the order the jobs come in: every later order is by (cost, id).
 """
 
@@ -17,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import cast
 
 from rackplane.models import Health, JobId, JobKind, NodeId, RackId, TopologyIndex
+from rackplane.projections import _changes
 from rackplane.projections.state import ClusterState, JobState, NodeState
 
 _HEALTHY = Health.HEALTHY
@@ -77,38 +82,57 @@ def count_victims(
     kept: frozenset[NodeId],
 ) -> Victims:
     """Candidates for a job of `priority`, their costs at `now` and the nodes they free
-    outside `kept`."""
-    pool = eligible(state, beneficiary, priority)
-    nodes = state.nodes
+    outside `kept` (`eligible`, `restart_cost` and `victim_cost`, one pass over the jobs)."""
+    interactive_ok = (
+        state.settings.allow_interactive_preemption
+        and state.interactive_preemption_allowed_by is not None
+    )
     overhead = state.settings.restart_overhead
+    zero = _ZERO
     memo = _memo(state)
-    fresh: dict[int, _Held] = {}
+    fresh: dict[int, _Job] = {}
+    pool: list[JobState] = []
     by_id: dict[JobId, JobState] = {}
     lost: dict[JobId, float] = {}
     cost: dict[JobId, float] = {}
     held: dict[JobId, dict[RackId, int]] = {}
     demand: dict[JobId, int] = {}
-    for v in pool:
+    weights: dict[int, float] = {}
+    for v in state.jobs.values():
         key = id(v)
         got = memo.get(key)
         if got is None or got[0] is not v:
-            got = _held(state, v)
+            got = _job(state, v)
         fresh[key] = got
-        spec = v.spec
-        vid = spec.id
+        _, vid, kind, vprio, mine, gpus, mult, since, interval, nodes = got
+        # `eligible`: the static part is `kind` (0: never a victim).
+        if not kind or vprio > priority or vid == beneficiary:
+            continue
+        if kind == _INTERACTIVE and not interactive_ok:
+            continue
+        pool.append(v)
         by_id[vid] = v
-        demand[vid] = spec.nodes
-        held[vid] = got[1]
-        # `restart_cost` and `victim_cost`, the same operations in the same order.
-        span = v.at_risk(now) + overhead
-        lost[vid] = x = got[2] * span.total_seconds() / 3600.0
-        cost[vid] = x * (2.0 ** (spec.priority - priority) * (1 + v.preemptions))
+        demand[vid] = nodes
+        held[vid] = mine
+        # `restart_cost` and `victim_cost`, the same operations in the same order
+        # (`JobState.at_risk` inline).
+        if since is None or now <= since:
+            risk = zero
+        else:
+            elapsed = now - since
+            risk = elapsed % interval if interval else elapsed
+        lost[vid] = x = gpus * (risk + overhead).total_seconds() / 3600.0
+        w = weights.get(vprio)
+        if w is None:
+            w = weights[vprio] = 2.0 ** (vprio - priority)
+        cost[vid] = x * (w * mult)
     _MEMO[:] = [(state.index, fresh)]
     # What the victims hold but do not give back: nodes out of service, nodes kept. The
     # memo's counts are shared: a victim that loses some gets a copy.
     copied: set[JobId] = set()
+    nodes_of = state.nodes
     for n in _not_given(state, kept):
-        node = nodes[n]
+        node = nodes_of[n]
         job = node.job
         if job is None or job not in held:
             continue
@@ -136,22 +160,50 @@ def count_victims(
     return Victims(pool, by_id, lost, cost, freed_in, in_rack, freed_total, demand)
 
 
-_Held = tuple[JobState, dict[RackId, int], int]
-"""A job, its nodes per rack (all of them, in service or not) and its GPUs."""
+_Job = tuple[
+    JobState, JobId, int, int, dict[RackId, int], int, int, datetime | None, timedelta | None, int
+]
+"""What a plan reads of a job, all fixed while its state is the same object: the job, its id,
+whether it may ever be a victim (`_MANAGED`, `_INTERACTIVE`; 0: never: it holds no nodes, its
+disruption budget refuses, it runs in a reservation, or its kind is never preempted), its
+priority, its nodes per rack (all of them, in service or not), its GPUs, 1 + its preemptions,
+when its run started, its checkpoint interval, and the nodes it asked for."""
 
-_MEMO: list[tuple[TopologyIndex | None, dict[int, _Held]]] = []
-"""The last plan's `_Held` by job (by identity: a job's state is immutable and replaced when
-it changes), for the topology it was counted on. Between two plans most jobs are the same
-objects; each plan keeps only its own victims, so the memo never outgrows the jobs."""
+_MANAGED, _INTERACTIVE = 1, 2
+_ZERO = timedelta(0)
+_NO_RACKS: dict[RackId, int] = {}
+
+_MEMO: list[tuple[TopologyIndex | None, dict[int, _Job]]] = []
+"""The last plan's `_Job` of every job (by identity: a job's state is immutable and replaced
+when it changes), for the topology it was counted on. Between two plans most jobs are the
+same objects; each plan keeps only the jobs of its state, so the memo never outgrows them."""
 
 
-def _memo(state: ClusterState) -> dict[int, _Held]:
+def _memo(state: ClusterState) -> dict[int, _Job]:
     if _MEMO and _MEMO[0][0] is state.index:
         return _MEMO[0][1]
     return {}
 
 
-def _held(state: ClusterState, v: JobState) -> _Held:
+def _job(state: ClusterState, v: JobState) -> _Job:
+    """A job as a plan reads it (`_Job`); its nodes per rack and GPUs only when it may be a
+    victim (`_held`)."""
+    spec = v.spec
+    kind = 0
+    if v.status.holds_nodes and v.protected_by is None and spec.reservation is None:
+        if spec.kind is JobKind.MANAGED:
+            kind = _MANAGED
+        elif spec.kind is JobKind.INTERACTIVE:
+            kind = _INTERACTIVE
+    mine, gpus = _held(state, v) if kind else (_NO_RACKS, 0)
+    interval = spec.checkpoint_interval
+    return (
+        v, spec.id, kind, spec.priority, mine, gpus, 1 + v.preemptions, v.run_since, interval,
+        spec.nodes,
+    )  # fmt: skip
+
+
+def _held(state: ClusterState, v: JobState) -> tuple[dict[RackId, int], int]:
     """A job's nodes per rack: a slice in one rack (a state invariant: its `racks` are its
     nodes' racks) counts by its length; and its GPUs (`job_gpus`)."""
     mine: dict[RackId, int] = {}
@@ -164,22 +216,67 @@ def _held(state: ClusterState, v: JobState) -> _Held:
                 r = state.nodes[n].rack
                 mine[r] = mine.get(r, 0) + 1
     racks = state.racks
-    return (v, mine, sum(racks[r].gpus_per_node * k for r, k in mine.items()))
+    return mine, sum(racks[r].gpus_per_node * k for r, k in mine.items())
 
 
 def _not_given(state: ClusterState, kept: frozenset[NodeId]) -> Iterable[NodeId]:
     """Nodes that serve a job but would not come back to the blocked one: out of service
     (each once), or in service and kept."""
-    healthy = _HEALTHY
-    down = [
-        n.id
-        for n in state.nodes.values()
-        if (n.health is not healthy or n.cordoned) and n.job is not None
-    ]
+    nodes = state.nodes
+    down = [n for per in out_of_service(state).values() for n in per if nodes[n].job is not None]
     if not kept:
         return down
-    nodes = state.nodes
     return [*down, *(n for n in kept if _serving_in_service(nodes.get(n)))]
+
+
+_DOWN: list[tuple[object, object, TopologyIndex | None, dict[RackId, tuple[NodeId, ...]]]] = []
+"""The last `out_of_service` table, with the racks map, nodes map and topology it was built
+for."""
+
+
+def out_of_service(state: ClusterState) -> dict[RackId, tuple[NodeId, ...]]:
+    """The nodes out of service (unhealthy or cordoned), by rack; only racks with some (must
+    not be changed).
+
+    A table for an earlier state of the same fold history is patched for the racks changed
+    since (`projections._changes`): the fold records a node's rack whenever it changes the
+    node's health or cordon (`update_node` moves the node in or out of its rack's free index,
+    which records the rack). O(racks changed x rack size), where a rebuild is a pass over every
+    node (most of a 4,096-rack plan's setup otherwise). A state with the same racks map but
+    other nodes (made outside the fold: tests, what-ifs) is rebuilt."""
+    racks, nodes, index = state.racks, state.nodes, state.index
+    last = _DOWN[0] if _DOWN else None
+    if last is not None and last[0] is racks and last[1] is nodes and last[2] is index:
+        return last[3]
+    path = None
+    if last is not None and last[0] is not racks and last[2] is index and index is not None:
+        path = _changes.since("racks", racks, lambda m: m is last[0])
+    if last is None or path is None or index is None:
+        table = _down_rebuilt(state)
+    else:
+        table = dict(last[3])
+        for r in cast("set[RackId]", path[1]):
+            table.pop(r, None)
+            if index.has_rack(r):
+                per = tuple(n for n in index.rack(r).nodes if not nodes[n].in_service)
+                if per:
+                    table[r] = per
+    _DOWN[:] = [(racks, nodes, index, table)]
+    return table
+
+
+def _down_rebuilt(state: ClusterState) -> dict[RackId, tuple[NodeId, ...]]:
+    """`out_of_service` from every node, in the order of each rack's nodes."""
+    healthy = _HEALTHY
+    down = {n.id for n in state.nodes.values() if n.health is not healthy or n.cordoned}
+    if not down or state.index is None:
+        return {}
+    table = {}
+    for rack in state.index.racks:
+        per = tuple(n for n in rack.nodes if n in down)
+        if per:
+            table[rack.id] = per
+    return table
 
 
 def _serving_in_service(node: NodeState | None) -> bool:

@@ -1,8 +1,8 @@
 """Tables patched for what the fold changed (`projections._changes`) equal the same tables
 rebuilt from scratch, after any sequence of commands: placement's usable nodes per rack
 (with and without spares) and its view with no exclusion, the queued jobs in queue order,
-and the time limits' ends, looked at after random runs of steps
-(so a look patches across one event or many)."""
+the time limits' ends, and the defrag's out-of-service nodes by rack, looked at after random
+runs of steps (so a look patches across one event or many)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from rackplane.models import JobKind, JobStatus, SubmitJob
-from rackplane.policies import _checks, placement, time_limits
-from rackplane.projections import _changes
+from rackplane.models import JobKind, JobStatus, NodeId, RackId, SubmitJob
+from rackplane.policies import _checks, _defrag_victims, placement, time_limits
+from rackplane.projections import ClusterState, _changes
 from tests.builders import cmd, job
 from tests.core.test_properties import ClusterMachine
 
@@ -71,6 +71,11 @@ class PatchedTablesMachine(ClusterMachine):
         }
         assert ends.table == expected
         assert ends.earliest == min(expected.values(), default=None)
+        # Out-of-service nodes by rack, patched from the last look's table (as a defrag plan
+        # patches the last plan's).
+        down = _defrag_victims.out_of_service(state)
+        assert down == _defrag_victims._down_rebuilt(state)
+        assert down == _out_of_service_by_definition(state)
         keep = state.settings.spares_per_rack
         sizes = [r.size for r in state.racks.values()]
         assert _checks.rack_sizes(state, keep) == (
@@ -94,6 +99,16 @@ def _same_views(view: placement.View, fresh: placement.View) -> None:
     assert [view.slices(k) for k in range(1, 7)] == [fresh.slices(k) for k in range(1, 7)]
     assert [view.pod_slices(k) for k in range(1, 7)] == [fresh.pod_slices(k) for k in range(1, 7)]
     assert view.rooms() == fresh.rooms()
+
+
+def _out_of_service_by_definition(state: ClusterState) -> dict[RackId, tuple[NodeId, ...]]:
+    assert state.index is not None
+    table = {}
+    for rack in state.index.racks:
+        per = tuple(n for n in rack.nodes if not state.nodes[n].in_service)
+        if per:
+            table[rack.id] = per
+    return table
 
 
 PatchedTablesMachine.TestCase.settings = settings(

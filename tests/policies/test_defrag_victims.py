@@ -12,7 +12,7 @@ from dataclasses import replace
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from rackplane.models import Health, JobId, NodeId, RackId
+from rackplane.models import Health, JobId, JobKind, NodeId, RackId
 from rackplane.policies._defrag_victims import count_victims
 from rackplane.policies.defrag import candidates, victim_weight
 from rackplane.projections import ClusterState
@@ -64,6 +64,20 @@ def test_counted_victims_are_what_their_nodes_say_one_by_one(  # type: ignore[no
         change = {"health": Health.FAILED} if i % 2 else {"cordoned": True}
         nodes = nodes.set(n, nodes[n]._replace(**change))
     state = replace(state, nodes=nodes)
+    # Some jobs' disruption budgets refuse, some become interactive (not victims while no
+    # operator allows it): new job states, which the per-job memo must not mistake for the
+    # old ones.
+    ids = sorted(state.jobs)
+    changed = data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=4))
+    jobs = state.jobs
+    for i, j in enumerate(changed):
+        old = jobs[j]
+        if i % 2:
+            jobs = jobs.set(j, old._replace(protected_by="pdb"))
+        else:
+            spec = old.spec.model_copy(update={"kind": JobKind.INTERACTIVE})
+            jobs = jobs.set(j, old._replace(spec=spec))
+    state = replace(state, jobs=jobs)
     kept = frozenset(data.draw(st.lists(st.sampled_from(every), unique=True, max_size=8)))
     got = count_victims(state, "hero", priority, state.at, kept)  # type: ignore[arg-type]
     lost, cost, freed_in = _by_definition(state, kept)
