@@ -62,7 +62,13 @@ from rackplane.policies.placement import (
     find_placement,
 )
 from rackplane.policies.reclaim import next_plan
-from rackplane.projections.state import ClusterState, JobState, kept_nodes, restart_cost
+from rackplane.projections.state import (
+    ClusterState,
+    JobState,
+    _queued_of,
+    kept_nodes,
+    restart_cost,
+)
 
 MAX_TRIES = 128
 """Victim sets validated per plan (plus one per slice) before giving up: each try re-places
@@ -402,15 +408,15 @@ class Defrag:
         if not wanted and not retry:
             return []
         # The head of the blocked line (in queue order) gets the plan, or nobody does: the
-        # first queued job blocked by topology that holds no reservation (found in one pass,
-        # without sorting the queue). A job that runs in a reservation (`JobSpec.reservation`)
-        # waits for room there: a plan would make it elsewhere.
+        # first queued job blocked by topology that holds no reservation (found in one pass
+        # over the queued jobs, kept across folds, without sorting the queue). A job that
+        # runs in a reservation (`JobSpec.reservation`) waits for room there: a plan would
+        # make it elsewhere.
         holders = set(state.reservations.values())
         blocked = [
             j
-            for j in state.jobs.values()
-            if j.status is JobStatus.QUEUED
-            and j.blocked is not None
+            for j in _queued_of(state.jobs).values()
+            if j.blocked is not None
             and j.blocked.reason == "topology"
             and j.id not in holders
             and j.spec.reservation is None

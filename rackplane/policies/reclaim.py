@@ -58,7 +58,13 @@ from rackplane.policies._decide_windows import preemptible
 from rackplane.policies._proposals import Proposals
 from rackplane.policies.placement import Capacity, Placement, find_placement
 from rackplane.policies.quotas import QueueBook, borrowing_jobs
-from rackplane.projections.state import ClusterState, JobState, kept_nodes, restart_cost
+from rackplane.projections.state import (
+    ClusterState,
+    JobState,
+    _queued_of,
+    kept_nodes,
+    restart_cost,
+)
 
 TRIGGERS = frozenset({"JobPlaced", "PolicyConfigured", "DisruptionBudgetReported"})
 """Besides a job newly blocked: events after which work may be reclaimable."""
@@ -107,20 +113,20 @@ def next_plan(state: ClusterState, *, now: datetime) -> ReclaimPlan | None:
     if book is None or state.index is None:
         return None
     holders = set(state.reservations.values())
-    waiting = sorted(
-        (j for j in state.jobs.values() if _owed(book, j) and j.id not in holders),
-        key=lambda j: j.queue_key,
-    )
-    for job in waiting[:1]:  # the head of the owed line, or nobody
-        plan = None
-        queue = job.spec.queue or ""
-        assert job.blocked is not None
-        if job.blocked.reason != "quota" and book.guaranteed(queue, job.spec.nodes):
-            plan = plan_reclaim(state, book, job, now=now)
-        if plan is None and book.specs[queue].preempt_lower_priority:
-            plan = plan_priority(state, book, job, now=now)
-        return plan
-    return None
+    # The head of the owed line, or nobody: the first owed job in queue order. Only queued
+    # jobs are owed: the queued ones (kept across folds) are read, not every job.
+    waiting = [j for j in _queued_of(state.jobs).values() if j.id not in holders and _owed(book, j)]
+    if not waiting:
+        return None
+    job = min(waiting, key=lambda j: j.queue_key)
+    plan = None
+    queue = job.spec.queue or ""
+    assert job.blocked is not None
+    if job.blocked.reason != "quota" and book.guaranteed(queue, job.spec.nodes):
+        plan = plan_reclaim(state, book, job, now=now)
+    if plan is None and book.specs[queue].preempt_lower_priority:
+        plan = plan_priority(state, book, job, now=now)
+    return plan
 
 
 def _owed(book: QueueBook, job: JobState) -> bool:
@@ -244,9 +250,11 @@ def plan_priority(
     others = {r for r, j in state.reservations.items() if j != job.id}
     base = Capacity(state).without(kept_nodes(state, job, now))
     need = book.held[queue] + job.spec.nodes - book.nominal[queue]
+    # Nodes each holds (`len(v.nodes)`), counted once: `fits` sums them for every prefix.
+    holds = {v.id: sum(len(s.nodes) for s in v.slices) for v in pool}
 
     def fits(victims: Sequence[JobState]) -> Placement | None:
-        if sum(len(v.nodes) for v in victims) < need:
+        if sum(holds[v.id] for v in victims) < need:
             return None
         cap = base.copy()
         for v in victims:
