@@ -4,16 +4,19 @@ each would give back, rack by rack (see `defrag`).
 Theory of operation. A plan reads every candidate victim: the search ranks all of them by
 cost, and each rack's options and lower bound need the victims on that rack. That is
 O(victims) per plan and cannot be less (costs move with `now`), so the pass is kept to a few
-steps per job, in one pass over the jobs: what a plan reads of a job that does not move with
-`now` (whether it may ever be a victim, its priority, its nodes per rack, its GPUs, ...) is
-remembered from the last plan while its state is the same object (`_MEMO`: between two plans
-most jobs did not change), and a slice lies inside the racks its `racks` names (a state
-invariant), so a rack-local slice's nodes are counted by its length, not node by node. The
-nodes that do not count (out of service: unhealthy or cordoned; kept from the job by a
-reservation) are taken off their holders: the out-of-service ones come from a table by rack
-patched for the racks the fold changed since the last plan (`out_of_service`), not from a
-pass over every node.
-Nothing here depends on the order the jobs come in: every later order is by (cost, id).
+steps per victim: the candidates of a plan's key (beneficiary, priority, interactive
+preemption allowed) and what does not move with `now` (GPUs, weight, nodes per rack, ...)
+form a pool kept from the last plan of that key and patched for the jobs the fold changed
+since (`_pool`, `projections._changes`: O(jobs changed)); a pool built anew reads every job,
+remembering each job's counts while its state is the same object (`_MEMO`), and a slice
+lies inside the racks its `racks` names (a state invariant), so a rack-local slice's nodes
+are counted by its length, not node by node. Per plan, each victim's cost at `now` is
+computed (one pass over the pool). The nodes that do not count (out of service: unhealthy
+or cordoned; kept from the job by a reservation) are taken off their holders: the
+out-of-service ones come from a table by rack patched for the racks the fold changed since
+the last plan (`out_of_service`), not from a pass over every node.
+Nothing here depends on the order the jobs come in (a patched pool lists the changed jobs
+last): every later order is by (cost, id).
 """
 
 from __future__ import annotations
@@ -87,46 +90,22 @@ def count_victims(
         state.settings.allow_interactive_preemption
         and state.interactive_preemption_allowed_by is not None
     )
+    pool = _pool(state, (beneficiary, priority, interactive_ok))
     overhead = state.settings.restart_overhead
     zero = _ZERO
-    memo = _memo(state)
-    fresh: dict[int, _Job] = {}
-    pool: list[JobState] = []
-    by_id: dict[JobId, JobState] = {}
     lost: dict[JobId, float] = {}
     cost: dict[JobId, float] = {}
-    held: dict[JobId, dict[RackId, int]] = {}
-    demand: dict[JobId, int] = {}
-    weights: dict[int, float] = {}
-    for v in state.jobs.values():
-        key = id(v)
-        got = memo.get(key)
-        if got is None or got[0] is not v:
-            got = _job(state, v)
-        fresh[key] = got
-        _, vid, kind, vprio, mine, gpus, mult, since, interval, nodes = got
-        # `eligible`: the static part is `kind` (0: never a victim).
-        if not kind or vprio > priority or vid == beneficiary:
-            continue
-        if kind == _INTERACTIVE and not interactive_ok:
-            continue
-        pool.append(v)
-        by_id[vid] = v
-        demand[vid] = nodes
-        held[vid] = mine
+    for vid, (gpus, factor, since, interval) in pool.terms.items():
         # `restart_cost` and `victim_cost`, the same operations in the same order
-        # (`JobState.at_risk` inline).
+        # (`JobState.at_risk` inline; `factor` is `victim_weight`).
         if since is None or now <= since:
             risk = zero
         else:
             elapsed = now - since
             risk = elapsed % interval if interval else elapsed
         lost[vid] = x = gpus * (risk + overhead).total_seconds() / 3600.0
-        w = weights.get(vprio)
-        if w is None:
-            w = weights[vprio] = 2.0 ** (vprio - priority)
-        cost[vid] = x * (w * mult)
-    _MEMO[:] = [(state.index, fresh)]
+        cost[vid] = x * factor
+    held = dict(pool.held)
     # What the victims hold but do not give back: nodes out of service, nodes kept. The
     # memo's counts are shared: a victim that loses some gets a copy.
     copied: set[JobId] = set()
@@ -157,7 +136,104 @@ def count_victims(
                 per = in_rack[r] = {}
             per[vid] = k
         freed_total[vid] = total
-    return Victims(pool, by_id, lost, cost, freed_in, in_rack, freed_total, demand)
+    by_id = pool.by_id
+    return Victims(
+        list(by_id.values()), by_id, lost, cost, freed_in, in_rack, freed_total, pool.demand
+    )
+
+
+_Key = tuple[JobId, int, bool]
+"""What decides whether a job may be a victim: the beneficiary, its priority, and whether an
+operator allows interactive preemption."""
+
+
+@dataclass(slots=True)
+class _Pool:
+    """The candidates for one `_Key` on one jobs map, with what does not move with `now`
+    (none of its dicts may be changed once built)."""
+
+    jobs: object
+    """The jobs map it was built for."""
+    index: TopologyIndex | None
+    key: _Key
+    terms: dict[JobId, tuple[int, float, datetime | None, timedelta | None]]
+    """Per candidate: its GPUs, `victim_weight`, when its run started, its checkpoint
+    interval (what its cost at `now` needs)."""
+    by_id: dict[JobId, JobState]
+    demand: dict[JobId, int]
+    held: dict[JobId, dict[RackId, int]]
+    """Per candidate, its nodes per rack (all of them, in service or not)."""
+
+
+_POOLS: list[_Pool] = []
+"""The last pools built, newest first: a few keys (the head of the blocked line, a spare
+swap's job) alternate."""
+_POOLS_KEPT = 4
+
+
+def _pool(state: ClusterState, key: _Key) -> _Pool:
+    """The candidates of `key` on `state`'s jobs. A pool of the same key for an earlier jobs
+    map of the same fold history is patched for the jobs changed since
+    (`projections._changes`): O(jobs changed), where a rebuild is a pass over every job."""
+    jobs, index = state.jobs, state.index
+    mine = [p for p in _POOLS if p.key == key and p.index is index]
+    got = next((p for p in mine if p.jobs is jobs), None)
+    if got is None:
+        bases = {id(p.jobs): p for p in mine}
+        path = _changes.since("jobs", jobs, lambda m: id(m) in bases) if bases else None
+        if path is None:
+            got = _rebuilt(state, key)
+        else:
+            got = _patched(state, key, bases[id(path[0])], cast("set[JobId]", path[1]))
+    else:
+        _POOLS.remove(got)
+    _POOLS.insert(0, got)
+    del _POOLS[_POOLS_KEPT:]
+    return got
+
+
+def _rebuilt(state: ClusterState, key: _Key) -> _Pool:
+    memo = _memo(state)
+    fresh: dict[int, _Job] = {}
+    pool = _Pool(state.jobs, state.index, key, {}, {}, {}, {})
+    for v in state.jobs.values():
+        k = id(v)
+        got = memo.get(k)
+        if got is None or got[0] is not v:
+            got = _job(state, v)
+        fresh[k] = got
+        _admit(pool, got)
+    _MEMO[:] = [(state.index, fresh)]
+    return pool
+
+
+def _patched(state: ClusterState, key: _Key, base: _Pool, changed: set[JobId]) -> _Pool:
+    pool = _Pool(
+        state.jobs, state.index, key, dict(base.terms), dict(base.by_id), dict(base.demand),
+        dict(base.held),
+    )  # fmt: skip
+    jobs = state.jobs
+    for vid in changed:
+        if vid in pool.by_id:
+            del pool.terms[vid], pool.by_id[vid], pool.demand[vid], pool.held[vid]
+        v = jobs.get(vid)
+        if v is not None:
+            _admit(pool, _job(state, v))
+    return pool
+
+
+def _admit(pool: _Pool, job: _Job) -> None:
+    """Add the job to the pool when it is a candidate of the pool's key (`eligible`)."""
+    v, vid, kind, vprio, mine, gpus, mult, since, interval, nodes = job
+    beneficiary, priority, interactive_ok = pool.key
+    if not kind or vprio > priority or vid == beneficiary:
+        return
+    if kind == _INTERACTIVE and not interactive_ok:
+        return
+    pool.terms[vid] = (gpus, 2.0 ** (vprio - priority) * mult, since, interval)
+    pool.by_id[vid] = v
+    pool.demand[vid] = nodes
+    pool.held[vid] = mine
 
 
 _Job = tuple[

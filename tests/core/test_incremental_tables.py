@@ -1,8 +1,8 @@
 """Tables patched for what the fold changed (`projections._changes`) equal the same tables
 rebuilt from scratch, after any sequence of commands: placement's usable nodes per rack
 (with and without spares) and its view with no exclusion, the queued jobs in queue order,
-the time limits' ends, and the defrag's out-of-service nodes by rack, looked at after random
-runs of steps (so a look patches across one event or many)."""
+the time limits' ends, the defrag's out-of-service nodes by rack and its victims, looked at
+after random runs of steps (so a look patches across one event or many)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,27 @@ class PatchedTablesMachine(ClusterMachine):
         down = _defrag_victims.out_of_service(state)
         assert down == _defrag_victims._down_rebuilt(state)
         assert down == _out_of_service_by_definition(state)
+        # The defrag's candidates and what they free, from pools patched since the last look,
+        # as counted from a pool built anew.
+        if state.at is not None:
+            for priority in (0, 10):
+                got = _defrag_victims.count_victims(state, "j0", priority, state.at, frozenset())
+                patched = list(_defrag_victims._POOLS)
+                _defrag_victims._POOLS.clear()
+                fresh = _defrag_victims.count_victims(state, "j0", priority, state.at, frozenset())
+                _defrag_victims._POOLS[:] = patched  # the next look patches these again
+                assert sorted(j.id for j in got.pool) == sorted(j.id for j in fresh.pool)
+                assert (got.by_id, got.lost, got.cost, got.demand) == (
+                    fresh.by_id,
+                    fresh.lost,
+                    fresh.cost,
+                    fresh.demand,
+                )
+                assert (got.freed_in, got.in_rack, got.freed_total) == (
+                    fresh.freed_in,
+                    fresh.in_rack,
+                    fresh.freed_total,
+                )
         keep = state.settings.spares_per_rack
         sizes = [r.size for r in state.racks.values()]
         assert _checks.rack_sizes(state, keep) == (
