@@ -11,10 +11,11 @@ since (`_pool`, `projections._changes`: O(jobs changed)); a pool built anew read
 remembering each job's counts while its state is the same object (`_MEMO`), and a slice
 lies inside the racks its `racks` names (a state invariant), so a rack-local slice's nodes
 are counted by its length, not node by node. Per plan, each victim's cost at `now` is
-computed (one pass over the pool). The nodes that do not count (out of service: unhealthy
-or cordoned; kept from the job by a reservation) are taken off their holders: the
-out-of-service ones come from a table by rack patched for the racks the fold changed since
-the last plan (`out_of_service`), not from a pass over every node.
+computed (one pass over the pool); the victims-by-rack tables come with the pool, copied
+only where a victim frees fewer nodes than it holds. The nodes that do not count (out of
+service: unhealthy or cordoned; kept from the job by a reservation) are taken off their
+holders: the out-of-service ones come from a table by rack patched for the racks the fold
+changed since the last plan (`out_of_service`), not from a pass over every node.
 Nothing here depends on the order the jobs come in (a patched pool lists the changed jobs
 last): every later order is by (cost, id).
 """
@@ -105,37 +106,38 @@ def count_victims(
             risk = elapsed % interval if interval else elapsed
         lost[vid] = x = gpus * (risk + overhead).total_seconds() / 3600.0
         cost[vid] = x * factor
-    held = dict(pool.held)
     # What the victims hold but do not give back: nodes out of service, nodes kept. The
-    # memo's counts are shared: a victim that loses some gets a copy.
-    copied: set[JobId] = set()
+    # pool's counts are shared: a victim that loses some gets a copy, and only the tables'
+    # entries of those victims change (copies again).
+    held = pool.held
+    lose: dict[JobId, dict[RackId, int]] = {}
     nodes_of = state.nodes
     for n in _not_given(state, kept):
         node = nodes_of[n]
         job = node.job
         if job is None or job not in held:
             continue
-        if job not in copied:
-            held[job] = dict(held[job])
-            copied.add(job)
-        held[job][node.rack] -= 1
-    freed_in: dict[JobId, dict[RackId, int]] = {}
-    in_rack: dict[RackId, dict[JobId, int]] = {}
-    freed_total: dict[JobId, int] = {}
-    for vid, mine in held.items():
-        if vid in copied:
-            mine = {r: k for r, k in mine.items() if k > 0}
-        if not mine:
-            continue
-        freed_in[vid] = mine
-        total = 0
-        for r, k in mine.items():
-            total += k
-            per = in_rack.get(r)
-            if per is None:
-                per = in_rack[r] = {}
-            per[vid] = k
-        freed_total[vid] = total
+        mine = lose.get(job)
+        if mine is None:
+            mine = lose[job] = dict(held[job])
+        mine[node.rack] -= 1
+    if not lose:
+        freed_in, in_rack, freed_total = pool.freed_in, pool.in_rack, pool.freed_total
+    else:
+        freed_in, freed_total = dict(pool.freed_in), dict(pool.freed_total)
+        in_rack = dict(pool.in_rack)
+        owned: set[RackId] = set()
+        for vid, mine in lose.items():
+            for r in held[vid]:  # every rack of its counts has its entry
+                per = _own(in_rack, r, owned)
+                del per[vid]
+                if not per:
+                    del in_rack[r]
+            freed_in.pop(vid, None)
+            freed_total.pop(vid, None)
+            _add(
+                freed_in, in_rack, freed_total, vid, {r: k for r, k in mine.items() if k > 0}, owned
+            )
     by_id = pool.by_id
     return Victims(
         list(by_id.values()), by_id, lost, cost, freed_in, in_rack, freed_total, pool.demand
@@ -163,6 +165,11 @@ class _Pool:
     demand: dict[JobId, int]
     held: dict[JobId, dict[RackId, int]]
     """Per candidate, its nodes per rack (all of them, in service or not)."""
+    freed_in: dict[JobId, dict[RackId, int]]
+    """`held` of the candidates that hold some: `Victims.freed_in` while no node is out of
+    service or kept."""
+    in_rack: dict[RackId, dict[JobId, int]]
+    freed_total: dict[JobId, int]
 
 
 _POOLS: list[_Pool] = []
@@ -195,7 +202,7 @@ def _pool(state: ClusterState, key: _Key) -> _Pool:
 def _rebuilt(state: ClusterState, key: _Key) -> _Pool:
     memo = _memo(state)
     fresh: dict[int, _Job] = {}
-    pool = _Pool(state.jobs, state.index, key, {}, {}, {}, {})
+    pool = _Pool(state.jobs, state.index, key, {}, {}, {}, {}, {}, {}, {})
     for v in state.jobs.values():
         k = id(v)
         got = memo.get(k)
@@ -210,20 +217,64 @@ def _rebuilt(state: ClusterState, key: _Key) -> _Pool:
 def _patched(state: ClusterState, key: _Key, base: _Pool, changed: set[JobId]) -> _Pool:
     pool = _Pool(
         state.jobs, state.index, key, dict(base.terms), dict(base.by_id), dict(base.demand),
-        dict(base.held),
+        dict(base.held), dict(base.freed_in), dict(base.in_rack), dict(base.freed_total),
     )  # fmt: skip
+    owned: set[RackId] = set()  # racks whose victims' dict is this pool's own copy
     jobs = state.jobs
     for vid in changed:
         if vid in pool.by_id:
+            for r in pool.held[vid]:
+                per = _own(pool.in_rack, r, owned)
+                del per[vid]
+                if not per:
+                    del pool.in_rack[r]
             del pool.terms[vid], pool.by_id[vid], pool.demand[vid], pool.held[vid]
+            pool.freed_in.pop(vid, None)
+            pool.freed_total.pop(vid, None)
         v = jobs.get(vid)
         if v is not None:
-            _admit(pool, _job(state, v))
+            _admit(pool, _job(state, v), owned)
     return pool
 
 
-def _admit(pool: _Pool, job: _Job) -> None:
-    """Add the job to the pool when it is a candidate of the pool's key (`eligible`)."""
+def _own(
+    in_rack: dict[RackId, dict[JobId, int]], rack: RackId, owned: set[RackId]
+) -> dict[JobId, int]:
+    """The victims of `rack` in `in_rack`, copied first when shared with another table."""
+    per = in_rack.get(rack)
+    if per is None:
+        per = in_rack[rack] = {}
+    elif rack not in owned:
+        per = in_rack[rack] = dict(per)
+    owned.add(rack)
+    return per
+
+
+def _add(
+    freed_in: dict[JobId, dict[RackId, int]],
+    in_rack: dict[RackId, dict[JobId, int]],
+    freed_total: dict[JobId, int],
+    vid: JobId,
+    mine: dict[RackId, int],
+    owned: set[RackId] | None,
+) -> None:
+    """Enter a victim that frees `mine` (nothing when empty) in the three tables."""
+    if not mine:
+        return
+    freed_in[vid] = mine
+    total = 0
+    for r, k in mine.items():
+        total += k
+        per = in_rack.get(r) if owned is None else _own(in_rack, r, owned)
+        if per is None:
+            per = in_rack[r] = {}
+        per[vid] = k
+    freed_total[vid] = total
+
+
+def _admit(pool: _Pool, job: _Job, owned: set[RackId] | None = None) -> None:
+    """Add the job to the pool when it is a candidate of the pool's key (`eligible`);
+    `owned`: the racks whose victims' dicts the pool may change (None: all)."""
     v, vid, kind, vprio, mine, gpus, mult, since, interval, nodes = job
     beneficiary, priority, interactive_ok = pool.key
     if not kind or vprio > priority or vid == beneficiary:
@@ -234,6 +285,7 @@ def _admit(pool: _Pool, job: _Job) -> None:
     pool.by_id[vid] = v
     pool.demand[vid] = nodes
     pool.held[vid] = mine
+    _add(pool.freed_in, pool.in_rack, pool.freed_total, vid, mine, owned)
 
 
 _Job = tuple[

@@ -59,6 +59,10 @@ def test_counted_victims_are_what_their_nodes_say_one_by_one(  # type: ignore[no
     every = sorted(state.nodes)
     # Some held nodes fail or are cordoned (before any swap), some nodes are kept.
     down = data.draw(st.lists(st.sampled_from(held), unique=True, max_size=6)) if held else []
+    if held and data.draw(st.booleans()):
+        # Every node of one job: it frees nothing on its racks (its entries must go).
+        gone = state.nodes[data.draw(st.sampled_from(held))].job
+        down += [n for n in held if state.nodes[n].job == gone and n not in down]
     nodes = state.nodes
     for i, n in enumerate(down):
         change = {"health": Health.FAILED} if i % 2 else {"cordoned": True}
