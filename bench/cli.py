@@ -100,12 +100,12 @@ class _Runs:
         self.cpu: list[float] = []
         self.load: list[float] = []
 
-    def time(self, argv: list[str]) -> None:
-        """Run `argv` once, a fresh process, and note what it took."""
+    def time(self, argv: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
+        """Run `argv` once, a fresh process (in `cwd`, with `env`), and note what it took."""
         self.load.append(os.getloadavg()[0])
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
         self.wall.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.cpu.append(
