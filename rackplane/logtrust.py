@@ -26,11 +26,12 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from nacl.exceptions import BadSignatureError  # light: no crypto bindings behind it
 from pydantic import BaseModel
 
 from rackplane.models import Event, Signature, key_id_of
 
-if TYPE_CHECKING:  # PyNaCl (~50 ms to import) is loaded when a key is, not by every reader
+if TYPE_CHECKING:  # PyNaCl's signing (~50 ms to import) is loaded with a key, not by every reader
     from nacl.signing import VerifyKey
 
 EVENT_CONTEXT = b"rackplane event v1\n"
@@ -115,8 +116,6 @@ class LogTrust:
         seen = hashlib.blake2b(raw + payload, digest_size=20).digest()
         if seen in _verified:
             return None
-        from nacl.exceptions import BadSignatureError
-
         try:
             public.verify(payload, raw)
         except BadSignatureError:
