@@ -159,6 +159,10 @@ class ReportNodeHealth(CommandEnvelope):
     node: NodeId
     health: Health
     cause: Reason = ""
+    seen: int | None = Field(default=None, ge=0)
+    """The seq of the cluster's log that the verdict was made on (None: not said). A report
+    made on a view older than the node's last repair is ignored: its evidence predates the
+    repair, and the reporter's next look starts from the repaired node."""
 
 
 class RepairNode(CommandEnvelope):

@@ -443,6 +443,12 @@ def _overdue(s: ClusterState, job_id: JobId, now: datetime) -> str:
 
 def _report_node_health(s: ClusterState, c: ReportNodeHealth, out: Emitter) -> None:
     node = chk.node_state(s, c.node)
+    repaired = s.repairs.get(node.id)
+    if c.seen is not None and repaired is not None and c.seen < repaired:
+        chk.ignore(
+            f"node {node.id} was repaired at seq {repaired}, after the view this report was "
+            f"made on (seq {c.seen}): its evidence predates the repair"
+        )
     if c.health is node.health:
         chk.ignore(f"node {node.id} is already {node.health.value}")
     where = {"node": node.id, "rack": node.rack, "cause": c.cause}

@@ -19,7 +19,8 @@ else. The phases of one step:
    - down: degraded -> healthy only after `clear_after` of clean samples in a row;
    - failed is sticky: the node returns only through `RepairNode`, after which the caller
      starts it over with `repaired(state)` (`GpuHealthRules` does when the controller's view
-     of the node goes from failed to healthy).
+     of the node shows a repair newer than the state's, or, for a caller that does not say
+     the repair's seq, goes from failed to healthy).
 
 `GpuHealthRules` keeps one state per node behind the `HealthClassifier` interface, for the
 `gpu_manager` agent. Given the node's rack (`classify(..., rack=(rack, view))`), it first runs
@@ -103,11 +104,14 @@ class NodeHealthState:
     clean_since: datetime | None = None
     known_failed: bool = False
     """The controller's view of the node was failed at the last sample (see `GpuHealthRules`)."""
+    repair: int = 0
+    """The seq of the node's last repair (`NodeRepaired`) this state starts from (0: none)."""
 
 
-def repaired(state: NodeHealthState) -> NodeHealthState:
-    """The node was repaired: start over healthy, remembering which sticky XIDs were seen."""
-    return NodeHealthState(last_xid=state.last_xid)
+def repaired(state: NodeHealthState, seq: int | None = None) -> NodeHealthState:
+    """The node was repaired (at `seq`, when known): start over healthy, remembering which
+    sticky XIDs were seen."""
+    return NodeHealthState(last_xid=state.last_xid, repair=state.repair if seq is None else seq)
 
 
 def absolved(state: NodeHealthState, table: XidTable) -> NodeHealthState:
@@ -313,11 +317,12 @@ class GpuHealthRules:
         known: Health | None = None,
         overrides: Mapping[int, XidAction] | None = None,
         rack: RackView | None = None,
+        repaired_at: int = 0,
     ) -> Verdict:
         """Fold `sample` into its node's state (and, given `rack`, into the rack's evidence).
 
         `known` is the controller's view of the node, `rack` the node's rack and the
-        controller's view of it.
+        controller's view of it, `repaired_at` the seq of the node's last repair in that view.
         """
         key = (sample.cluster, sample.node)
         state = self.states.get(key)
@@ -325,13 +330,19 @@ class GpuHealthRules:
             self.shortcut
             and state is not None
             and known is not Health.FAILED
+            and repaired_at <= state.repair
             and _settled(state)
             and (rack is None or self._rack_settled(sample.cluster, rack))
             and _quiet(sample, self.rules.hot_c)
         ):
             return _HEALTHY
         if state is None:
-            state = NodeHealthState()
+            state = NodeHealthState(repair=repaired_at)
+        elif repaired_at > state.repair:
+            # A repair this state does not start from, read from the view itself: however the
+            # view learnt of it (a replica rebuilt from the log folds events no agent was
+            # handed), and whatever this manager concluded before it.
+            state = repaired(state, repaired_at)
         if known is Health.FAILED:
             if state.health is not Health.FAILED or not state.known_failed:
                 evidence = state.evidence or ("failed before this manager started",)

@@ -57,6 +57,7 @@ class HealthClassifier(Protocol):
         known: Health | None = None,
         overrides: Mapping[int, XidAction] | None = None,
         rack: RackView | None = None,
+        repaired_at: int = 0,
     ) -> Verdict:
         """The node's health after this sample.
 
@@ -65,6 +66,8 @@ class HealthClassifier(Protocol):
             known: the controller's view of the node (a failed node stays failed).
             overrides: the cluster's operator overrides of the XID policy table.
             rack: the node's rack and the controller's view of it (None: judge the node only).
+            repaired_at: the seq of the node's last repair in the controller's view (0: none); a
+                repair newer than what was remembered starts the node over.
         """
         ...
 
@@ -90,6 +93,7 @@ class SimpleRules:
         known: Health | None = None,
         overrides: Mapping[int, XidAction] | None = None,
         rack: RackView | None = None,
+        repaired_at: int = 0,
     ) -> Verdict:
         """The worst verdict over the node's GPUs (stateless: the keywords are unused)."""
         worst = Verdict(Health.HEALTHY)

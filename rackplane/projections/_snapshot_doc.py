@@ -28,6 +28,8 @@ The document, one JSON object:
 - `windows` (only while a reservation stands; older documents lack it): [id, nodes, start,
   end, reason, started, cordoned] per reservation (`ClusterState.windows`), then [users,
   queues] for a dedicated one (older documents have none);
+- `repairs` (only once a node was repaired; older documents lack it): [node, seq] per node
+  (`ClusterState.repairs`);
 - `seen`: `window`, and `recent` and `older`, each [count, ids (one string, one id a line;
   a list when an id holds a line break), seq deltas].
 """
@@ -79,8 +81,8 @@ KEYS = frozenset(
         "applied",
     }
 )
-"""The top-level keys of a document, all required but `queues` (see `OPTIONAL_KEYS`)."""
-OPTIONAL_KEYS = frozenset({"queues", "windows"})
+"""The top-level keys every document has (the others: `OPTIONAL_KEYS`)."""
+OPTIONAL_KEYS = frozenset({"queues", "windows", "repairs"})
 """Keys a document has only when there is something to say (older documents lack them)."""
 
 HEALTH = {h.value: h for h in Health}
@@ -134,6 +136,7 @@ def to_document(state: ClusterState) -> dict[str, Any]:
         }
         | _queues_out(state)
         | _windows_out(state)
+        | ({"repairs": [[n, q] for n, q in state.repairs.items()]} if state.repairs else {})
     )
 
 

@@ -91,6 +91,8 @@ def from_document(doc: Any, where: list[str]) -> ClusterState:
     queue_usage = Map(_usage_in(row) for row in _list(doc.get("queues", [])))
     where.append("windows")
     windows = Map(_window_in(row) for row in _list(doc.get("windows", [])))
+    where.append("repairs")
+    repairs = Map((_str(n), _int(q)) for n, q in map(_pair, _list(doc.get("repairs", []))))
     where.append("header fields")
     allowed_by, reason = _pair(doc["preemption"])
     return ClusterState(
@@ -110,6 +112,7 @@ def from_document(doc: Any, where: list[str]) -> ClusterState:
         applied=applied,
         queue_usage=queue_usage,
         windows=windows,
+        repairs=repairs,
     )
 
 

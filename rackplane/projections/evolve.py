@@ -194,6 +194,7 @@ class _Builder:
         self.down: dict[RackId, set[NodeId]] = {}
         """`down_in` of the racks it was asked for."""
         self.windows = state.windows
+        self.repairs = state.repairs
         self.usage: Map[str, QueueUsage] | dict[str, QueueUsage] = state.queue_usage
         """`ClusterState.queue_usage`, a dict once the run changed it."""
 
@@ -419,6 +420,7 @@ class _Builder:
             self.applied if isinstance(self.applied, Map) else Map(self.applied),
             self.usage if isinstance(self.usage, Map) else Map(self.usage),
             self.windows,
+            self.repairs,
         )
 
 
@@ -638,6 +640,7 @@ def _node_recovered(b: _Builder, e: NodeRecovered) -> None:
 
 def _node_repaired(b: _Builder, e: NodeRepaired) -> None:
     b.update_node(e.node, health=Health.HEALTHY, cause=e.note)
+    b.repairs = b.repairs.set(e.node, e.seq)
 
 
 def _rack_failed(b: _Builder, e: RackFailed) -> None:

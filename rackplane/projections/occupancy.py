@@ -179,6 +179,8 @@ def state_digest(state: ClusterState) -> str:
         )
     if state.queue_usage:  # absent without queues: digests of older states stay the same
         body["queue_usage"] = sorted([q, *u] for q, u in state.queue_usage.items())
+    if state.repairs:  # absent until a node is repaired, as queue usage above
+        body["repairs"] = sorted(state.repairs.items())
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 

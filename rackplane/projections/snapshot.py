@@ -87,6 +87,7 @@ CODEC_FIELDS: dict[type, tuple[str, ...]] = {
         "applied",
         "queue_usage",
         "windows",
+        "repairs",
     ),
     NodeState: ("id", "rack", "health", "cordoned", "job", "slice", "cause"),
     RackState: ("id", "pod", "size", "gpus_per_node", "free", "health", "cause"),

@@ -302,10 +302,14 @@ class ClusterState:
     events' `command_partition` / `command_offset` say. A command read at or below it was
     decided already, however old (the id window above is finite)."""
     queue_usage: Map[str, QueueUsage] = field(default_factory=Map)
-    windows: Map[str, Window] = field(default_factory=Map)
-    """Reservations of nodes (`Reserve`), by name, until they end."""
     """Leaf queue -> the nodes its jobs hold and its decayed usage history (fair share).
     Only queues that ever held nodes have an entry."""
+    windows: Map[str, Window] = field(default_factory=Map)
+    """Reservations of nodes (`Reserve`), by name, until they end."""
+    repairs: Map[NodeId, int] = field(default_factory=Map)
+    """Node -> the seq of its last `NodeRepaired` (only repaired nodes have an entry). A
+    health report made on a view of the log older than that is stale: its evidence predates
+    the repair (`ReportNodeHealth.seen`)."""
 
     @property
     def registered(self) -> bool:

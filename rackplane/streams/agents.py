@@ -626,7 +626,9 @@ class GpuManager:
         self.rejected = rejected
         self.topic = topic
         self.limit = limit
-        self.reported: dict[tuple[str, str], Health] = {}
+        self.reported: dict[tuple[str, str], tuple[Health, int]] = {}
+        """(cluster, node) -> the health this manager last reported, and the seq of the view
+        it reported on."""
         self.samples = 0
         self.folded: dict[int, int] = {}
         """The highest telemetry offset handled, per partition."""
@@ -644,12 +646,13 @@ class GpuManager:
             state, applied = self.replicas.advance(state, events)
             for e in applied:
                 node = getattr(e, "node", None)
-                if node is not None and e.type.startswith("Node"):
+                if node is not None and e.type.startswith("Node") and e.actor != self.name:
                     # The controller's view changed (a repair, another reporter): compare the
-                    # next verdict with that, not with what this manager last said.
+                    # next verdict with that, not with what this manager last said. Its own
+                    # reports are not such news: it may have said more since (a node it
+                    # reported degraded, then failed, is not reported failed a second time
+                    # when the degrade's event arrives).
                     self.reported.pop((cluster, node), None)
-                    if e.type == "NodeRepaired":
-                        self.classifier.forget(cluster, node)
             self.replicas.put(state)
 
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
@@ -707,11 +710,13 @@ class GpuManager:
                 continue
             key = (sample.cluster, sample.node)
             rack = state.racks.get(node.rack)
+            repaired_at = state.repairs.get(sample.node, 0)
             verdict = self.classifier.classify(
                 sample,
                 known=node.health,
                 overrides=state.settings.xid_actions,
                 rack=None if rack is None else (rack.id, rack.health),
+                repaired_at=repaired_at,
             )
             if verdict.rack is not None:
                 report = ReportRackHealth(
@@ -723,9 +728,14 @@ class GpuManager:
                     cause=verdict.rack.cause,
                 )
                 out.append((sample.cluster.encode(), encode_command(self.sign(report))))
-            if verdict.health is self.reported.get(key, node.health):
+            # What it said before the node's last repair says nothing now (the classifier and
+            # the controller go by the repair in the view too, however the view learnt of it).
+            said = self.reported.get(key)
+            if verdict.health is (
+                node.health if said is None or said[1] < repaired_at else said[0]
+            ):
                 continue
-            self.reported[key] = verdict.health
+            self.reported[key] = (verdict.health, state.seq)
             command = ReportNodeHealth(
                 id=f"gpu_manager:{sample.node}:{sample.at.isoformat()}",
                 cluster=sample.cluster,
@@ -733,6 +743,7 @@ class GpuManager:
                 node=sample.node,
                 health=verdict.health,
                 cause=verdict.cause,
+                seen=state.seq,
             )
             out.append((sample.cluster.encode(), encode_command(self.sign(command))))
         await reject_all(self.rejected, rejections)

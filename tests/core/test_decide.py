@@ -790,3 +790,28 @@ def test_a_decision_too_large_for_the_log_is_one_rejection_on_record() -> None:
         command.id,
         5,
     )
+
+
+def test_a_health_report_made_before_the_nodes_last_repair_is_ignored() -> None:
+    """The race seen in CI: the GPU Manager's failure report, made on a view of the log from
+    before the operator's repair, was decided after it and failed the repaired node again."""
+    n = node("r01", 1)
+    h = Harness().given(two_racks(), fail(n))
+    before = h.state.seq
+    (repaired,) = h.when(cmd(RepairNode, node=n, note="tray reseated"))
+    assert dict(h.state.repairs) == {n: repaired.seq}
+
+    (stale,) = h.when(cmd(ReportNodeHealth, node=n, health=Health.FAILED, seen=before))
+    assert isinstance(stale, CommandIgnored)
+    assert stale.reason == (
+        f"node {n} was repaired at seq {repaired.seq}, after the view this report was made on "
+        f"(seq {before}): its evidence predates the repair"
+    )
+    assert h.state.nodes[n].health is Health.HEALTHY
+    # A report made on the repaired node, or one that does not say its view, is decided.
+    (degraded,) = h.when(cmd(ReportNodeHealth, node=n, health=Health.DEGRADED, seen=repaired.seq))
+    assert degraded.type == "NodeDegraded"
+    (failed,) = h.when(cmd(ReportNodeHealth, node=n, health=Health.FAILED))
+    assert failed.type == "NodeFailed"
+    # The repair seq is a fact of the log: a rebuild and a snapshot keep it.
+    assert dict(fold(initial_state(CLUSTER), h.log).repairs) == {n: repaired.seq}

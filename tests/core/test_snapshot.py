@@ -308,6 +308,7 @@ def any_states(draw: st.DrawFn) -> ClusterState:
         interactive_preemption_reason=draw(_TEXT),
         seen=SeenCommands(Map(draw(seen_ids)), Map(draw(seen_ids)), draw(st.integers(1, 10**6))),
         applied=Map(draw(st.dictionaries(st.integers(0, 64), st.integers(0, 10**12), max_size=4))),
+        repairs=Map(draw(st.dictionaries(IDS, st.integers(1, 10**12), max_size=3))),
     )
 
 

@@ -182,6 +182,23 @@ def test_the_controllers_view_going_from_failed_to_healthy_is_a_repair() -> None
     assert rules.classify(sick(4, xid=79), known=H.HEALTHY).health is H.HEALTHY
 
 
+def test_a_repair_in_the_controllers_view_starts_the_node_over_whatever_was_seen() -> None:
+    """The manager failed the node itself and never classified a sample while the controller
+    said failed (its replica was rebuilt after the repair): the repair's seq in the view is
+    what it goes by, and a newer one starts the node over."""
+    rules = GpuHealthRules()
+    for s in (sick(0, xid=79), sick(1, xid=79)):
+        rules.classify(s, known=H.HEALTHY)
+    assert rules.classify(sick(2, xid=79), known=H.HEALTHY).health is H.FAILED  # in flight
+    hot = {"xid": 79, "temperature_c": 95.0}
+    assert rules.classify(sick(3, **hot), known=H.HEALTHY, repaired_at=7).health is H.HEALTHY
+    assert rules.classify(sick(4, **hot), known=H.HEALTHY, repaired_at=7).health is H.DEGRADED
+    assert rules.states[("c1", "r01-n01")].repair == 7
+    # The same repair seen again changes nothing; the next one starts over again.
+    assert rules.classify(sick(5, **hot), known=H.HEALTHY, repaired_at=7).health is H.DEGRADED
+    assert rules.classify(sick(6, **hot), known=H.HEALTHY, repaired_at=9).health is H.HEALTHY
+
+
 def test_the_evidence_of_a_very_sick_node_fits_a_command() -> None:
     gpus = tuple(gpu(i, temperature_c=99.0, nvlink_down=4, remap_pending=True) for i in range(64))
     verdicts = fold([node(0, *gpus), node(1, *gpus)])
