@@ -6,7 +6,7 @@ import pytest
 from textual.pilot import Pilot
 
 from rackplane.tui import MemorySource
-from tests.tui.conftest import SIZE, console, story
+from tests.tui.conftest import SIZE, console, steady, story
 
 
 @pytest.mark.parametrize(
@@ -25,8 +25,6 @@ def test_view_snapshot(snap_compare, keys: tuple[str, ...]) -> None:  # type: ig
 
     async def settled(pilot: Pilot[None]) -> None:
         await pilot.press(*keys)
-        for _ in range(5):  # what the keys scheduled after the next refreshes (cursor scroll)
-            await pilot.pause()
-        await pilot.wait_for_scheduled_animations()
+        await steady(pilot)
 
     assert snap_compare(app, run_before=settled, terminal_size=SIZE)
