@@ -3,7 +3,7 @@
     python -m bench.cli_ab OTHER_CHECKOUT [--runs 10]
 
 Starts `rackplane up --headless` of the 128-rack example from this checkout (as `bench.cli`
-does), then runs `submit --no-wait`, `status`, `jobs` and `rack` from this checkout and from
+does), then runs `submit --no-wait`, `status`, `jobs`, `racks` and `rack` from this checkout and from
 OTHER_CHECKOUT (e.g. a `git worktree add --detach /tmp/old COMMIT`) by turns, the order
 swapped every round, each command a fresh process with its checkout first on the path.
 Alternating matters on a machine whose speed moves from one hour to the next, and because
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench.cli import _RACKPLANE, CLUSTER, ROOT, _live_up, _Runs
 
-COMMANDS = ("submit --no-wait", "status", "jobs", "rack")
+COMMANDS = ("submit --no-wait", "status", "jobs", "racks", "rack")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
                                          "--nodes", "16", "--no-wait"],
                     "status": ["status"],
                     "jobs": ["jobs", "--cluster", CLUSTER],
+                    "racks": ["racks", "--cluster", CLUSTER],
                     "rack": ["rack", "r001", "--cluster", CLUSTER],
                 }  # fmt: skip
                 for command in COMMANDS:

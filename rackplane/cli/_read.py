@@ -23,10 +23,12 @@ from rich.table import Table
 from rackplane._errtext import named
 from rackplane.cli._config import ConfigFile, positive_seconds, settings
 from rackplane.cli._render import (
+    OCCUPANCY_COLUMNS,
+    OCCUPANCY_RIGHT,
     console,
     errors,
     fail,
-    occupancy_table,
+    occupancy_cells,
     pod_table,
     print_json,
     print_list,
@@ -208,7 +210,7 @@ def jobs(
     config_file: ConfigFile = None,
 ) -> None:
     """The cluster's unfinished jobs in queue order, from the live event log."""
-    from rackplane.streams.projection_agent import job_row
+    from rackplane.projections import job_row
 
     s = _settings(config_file, broker, prefix)
     st = _view(s, cluster, timeout).state
@@ -259,8 +261,8 @@ def job(
     config_file: ConfigFile = None,
 ) -> None:
     """One job: its status, slices and nodes, and its events, from the live event log."""
+    from rackplane.projections import job_row
     from rackplane.projections.timeline import describe, mentions
-    from rackplane.streams.projection_agent import job_row
 
     s = _settings(config_file, broker, prefix)
 
@@ -353,7 +355,12 @@ def racks(
     if json_out:
         print_json([r.model_dump() for r in rows])
         return
-    console.print(occupancy_table(rows, title=f"Racks of {cluster} as of event {view.state.seq:,}"))
+    print_list(
+        f"Racks of {cluster} as of event {view.state.seq:,}",
+        OCCUPANCY_COLUMNS,
+        [occupancy_cells(r) for r in rows],
+        right=OCCUPANCY_RIGHT,
+    )
 
 
 def rack(

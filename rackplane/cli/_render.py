@@ -12,6 +12,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from rackplane.models import RackHealth, describe_error
 
@@ -57,10 +58,10 @@ def log_to_stderr(log_level: str) -> None:
     )
 
 
-_RACK_MARK = {
-    RackHealth.HEALTHY: "",
-    RackHealth.DEGRADED: " [dark_orange](degraded)[/]",
-    RackHealth.FAILED: " [red](rack fault)[/]",
+_RACK_MARK: dict[RackHealth, tuple[str, str] | None] = {
+    RackHealth.HEALTHY: None,
+    RackHealth.DEGRADED: (" (degraded)", "dark_orange"),
+    RackHealth.FAILED: (" (rack fault)", "red"),
 }
 """What follows a rack's id in the racks table."""
 
@@ -70,70 +71,96 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-LONG_LIST = 200
-"""Rows beyond which `print_list` prints plain columns: Rich lays a table out at ~0.5 ms a
-row (it measures, wraps and crops every cell), so the jobs of a 7,000-job queue took ~5 s of
-CPU; as plain columns they take ~0.05 s."""
+LONG_LIST = 40
+"""Rows beyond which `print_list` prints plain columns: Rich lays a table out at ~1.5-2 ms a
+row of 8-10 columns (it measures, wraps and crops every cell: the 120 jobs of the 128-rack
+demo took 190-225 ms of CPU, a read command's fifth), plain columns take ~0.03 ms a row."""
+
+Cell = str | Text
+"""A cell of `print_list`: plain text (never read as markup), or styled `Text`."""
 
 
 def print_list(
     title: str,
     columns: Sequence[str],
-    rows: Sequence[Sequence[str]],
+    rows: Sequence[Sequence[Cell]],
     *,
     right: Collection[str] = (),
 ) -> None:
-    """Print `rows` (plain text cells, no markup) under `columns`, those in `right` aligned
-    right: a Rich table, or plain aligned columns under the title and a header line when
-    there are more than `LONG_LIST` rows."""
+    """Print `rows` under `columns`, those in `right` aligned right: a Rich table, or plain
+    aligned columns under the title and a header line (styles kept) when there are more
+    than `LONG_LIST` rows."""
     if len(rows) <= LONG_LIST:
         t = Table(title=title, title_justify="left", header_style="bold")
         for name in columns:
             t.add_column(name, justify="right" if name in right else "left")
         for row in rows:
-            t.add_row(*(escape(cell) for cell in row))
+            t.add_row(*(escape(cell) if isinstance(cell, str) else cell for cell in row))
         console.print(t)
         return
     widths = [
-        max(cell_len(name), *(cell_len(row[i]) for row in rows)) for i, name in enumerate(columns)
+        max(cell_len(name), *(_width(row[i]) for row in rows)) for i, name in enumerate(columns)
     ]
+    if all(isinstance(cell, str) for row in rows for cell in row):
 
-    def line(cells: Sequence[str]) -> str:
-        padded = (
-            " " * (w - cell_len(c)) + c if name in right else c + " " * (w - cell_len(c))
-            for name, c, w in zip(columns, cells, widths, strict=True)
-        )
-        return "  ".join(padded).rstrip()
+        def line(cells: Sequence[Any]) -> str:
+            padded = (
+                " " * (w - cell_len(c)) + c if name in right else c + " " * (w - cell_len(c))
+                for name, c, w in zip(columns, cells, widths, strict=True)
+            )
+            return "  ".join(padded).rstrip()
 
-    console.out("\n".join([title, line(columns), *map(line, rows)]), highlight=False)
+        console.out("\n".join([title, line(columns), *map(line, rows)]), highlight=False)
+        return
+    out = Text(f"{title}\n")
+    for cells in (columns, *rows):
+        last = len(cells) - 1
+        for i, (name, cell, w) in enumerate(zip(columns, cells, widths, strict=True)):
+            gap = " " * (w - _width(cell))
+            if name in right:
+                out.append(gap)
+            out.append(cell)
+            if name not in right and i < last:
+                out.append(gap)
+            if i < last:
+                out.append("  ")
+        out.append("\n")
+    out.rstrip()
+    console.print(out, soft_wrap=True, highlight=False)
+
+
+def _width(cell: Cell) -> int:
+    return cell_len(cell) if isinstance(cell, str) else cell.cell_len
+
+
+OCCUPANCY_COLUMNS = ("rack", "pod", "alloc", "free", "spare", "failed", "unavail", "jobs")
+OCCUPANCY_RIGHT = frozenset({"alloc", "free", "spare", "failed", "unavail"})
+
+
+def occupancy_cells(r: RackOccupancy) -> list[Cell]:
+    """One rack's row of the occupancy table (`OCCUPANCY_COLUMNS`): a rack fault named after
+    its id, no spare left in yellow, a failed node in red."""
+    jobs = ", ".join(r.jobs[:4]) + (f" +{len(r.jobs) - 4}" if len(r.jobs) > 4 else "")
+    mark = _RACK_MARK[r.health]
+    return [
+        Text.assemble(r.rack, mark) if mark else r.rack,
+        r.pod,
+        str(r.allocated),
+        str(r.free),
+        _warn(r.spare, 0),
+        _warn(r.failed, 1, bad=True),
+        str(r.unavailable),
+        jobs,
+    ]
 
 
 def occupancy_table(rows: list[RackOccupancy], title: str = "Rack occupancy") -> Table:
     """One row per rack: allocated / free / spare / failed / unavailable and its jobs."""
     t = Table(title=title, title_justify="left", header_style="bold")
-    for name, justify in (
-        ("rack", "left"),
-        ("pod", "left"),
-        ("alloc", "right"),
-        ("free", "right"),
-        ("spare", "right"),
-        ("failed", "right"),
-        ("unavail", "right"),
-        ("jobs", "left"),
-    ):
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name in OCCUPANCY_COLUMNS:
+        t.add_column(name, justify="right" if name in OCCUPANCY_RIGHT else "left")
     for r in rows:
-        jobs = ", ".join(r.jobs[:4]) + (f" +{len(r.jobs) - 4}" if len(r.jobs) > 4 else "")
-        t.add_row(
-            r.rack + _RACK_MARK[r.health],
-            r.pod,
-            str(r.allocated),
-            str(r.free),
-            _warn(r.spare, 0),
-            _warn(r.failed, 1, bad=True),
-            str(r.unavailable),
-            jobs,
-        )
+        t.add_row(*(escape(c) if isinstance(c, str) else c for c in occupancy_cells(r)))
     return t
 
 
@@ -183,9 +210,9 @@ def summary_table(s: ClusterSummary) -> Table:
     return t
 
 
-def _warn(value: int, threshold: int, *, bad: bool = False) -> str:
+def _warn(value: int, threshold: int, *, bad: bool = False) -> Cell:
     if bad and value >= threshold:
-        return f"[red]{value}[/]"
+        return Text(str(value), style="red")
     if not bad and value <= threshold:
-        return f"[yellow]{value}[/]"
+        return Text(str(value), style="yellow")
     return str(value)

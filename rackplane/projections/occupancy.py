@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections import Counter
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -198,3 +199,39 @@ def _job_fields(j: JobState) -> list[object]:
         j.front,
         *(() if j.protected_by is None else (j.protected_by,)),
     ]
+
+
+def job_row(state: ClusterState, job_id: str) -> dict[str, Any] | None:
+    """One unfinished job as JSON-ready data (None once finished)."""
+    j = state.jobs.get(job_id)
+    if j is None:
+        return None
+    return {
+        "job": j.id,
+        "name": j.spec.name,
+        "owner": j.spec.owner,
+        "queue": j.spec.queue,
+        "kind": j.spec.kind.value,
+        "priority": j.spec.priority,
+        "nodes": j.spec.nodes,
+        "status": j.status.value,
+        "blocked": (
+            {
+                "reason": j.blocked.reason,
+                "since": j.blocked.since.isoformat(),
+                "allocatable_nodes": j.blocked.allocatable_nodes,
+                "placeable_slices": j.blocked.placeable_slices,
+                "explanation": j.blocked.explanation,
+            }
+            if j.blocked
+            else None
+        ),
+        "slices": [
+            {"index": s.index, "racks": list(s.racks), "nodes": len(s.nodes)} for s in j.slices
+        ],
+        "submitted_at": j.submitted_at.isoformat(),
+        "started_at": j.started_at.isoformat() if j.started_at else None,
+        "preemptions": j.preemptions,
+        "migrations": j.migrations,
+        "swaps": j.swaps,
+    }

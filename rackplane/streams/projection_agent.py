@@ -30,6 +30,7 @@ from rackplane.projections import (
     ClusterState,
     RackOccupancy,
     cluster_summary,
+    job_row,
     rack_occupancy,
 )
 from rackplane.streams._inbound import decode
@@ -51,42 +52,6 @@ log = logging.getLogger("rackplane.projections")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Seconds: from a few ms (an idle controller) to the outage retries' range."""
-
-
-def job_row(state: ClusterState, job_id: str) -> dict[str, Any] | None:
-    """One unfinished job as JSON-ready data (None once finished)."""
-    j = state.jobs.get(job_id)
-    if j is None:
-        return None
-    return {
-        "job": j.id,
-        "name": j.spec.name,
-        "owner": j.spec.owner,
-        "queue": j.spec.queue,
-        "kind": j.spec.kind.value,
-        "priority": j.spec.priority,
-        "nodes": j.spec.nodes,
-        "status": j.status.value,
-        "blocked": (
-            {
-                "reason": j.blocked.reason,
-                "since": j.blocked.since.isoformat(),
-                "allocatable_nodes": j.blocked.allocatable_nodes,
-                "placeable_slices": j.blocked.placeable_slices,
-                "explanation": j.blocked.explanation,
-            }
-            if j.blocked
-            else None
-        ),
-        "slices": [
-            {"index": s.index, "racks": list(s.racks), "nodes": len(s.nodes)} for s in j.slices
-        ],
-        "submitted_at": j.submitted_at.isoformat(),
-        "started_at": j.started_at.isoformat() if j.started_at else None,
-        "preemptions": j.preemptions,
-        "migrations": j.migrations,
-        "swaps": j.swaps,
-    }
 
 
 class Metrics:

@@ -41,3 +41,22 @@ def test_a_long_list_is_plain_columns_with_every_row(monkeypatch: pytest.MonkeyP
     ]
     assert len(lines) == 2 + len(rows)
     assert lines[-1] == f"j{LONG_LIST}  {LONG_LIST:>5}  [x]"
+
+
+def test_a_long_list_keeps_its_styles_and_its_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The racks list of a large cluster: plain columns, a failed node still in red."""
+    from rich.text import Text
+
+    rows = [
+        (f"r{n:03}", Text("1", style="red") if n == 7 else "0", "") for n in range(LONG_LIST + 1)
+    ]
+    out = Console(file=io.StringIO(), width=100, color_system="truecolor", force_terminal=True)
+    monkeypatch.setattr(_render, "console", out)
+    print_list("Racks of c1", ("rack", "failed", "jobs"), rows, right=("failed",))
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    plain = [line.rstrip() for line in Text.from_ansi(text).plain.splitlines()]
+    assert plain[:3] == ["Racks of c1", "rack  failed  jobs", "r000       0"]
+    assert plain[9] == "r007       1" and len(plain) == 2 + len(rows)
+    red = next(line for line in text.splitlines() if line.startswith("r007"))
+    assert "\x1b[31m1\x1b[0m" in red  # the cell's own style, nothing else coloured
+    assert "\x1b[" not in next(line for line in text.splitlines() if line.startswith("r006"))
