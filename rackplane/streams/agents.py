@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiokafka.errors import KafkaError
 
@@ -601,6 +601,21 @@ def _events_by_cluster(batch: Sequence[Any]) -> dict[str, list[Event]]:
     return out
 
 
+SAID_IDS = 8
+"""How many of its latest report ids per node a GPU Manager knows as its own."""
+
+
+class Said(NamedTuple):
+    """What a GPU Manager last reported of a node."""
+
+    health: Health
+    seen: int
+    """The seq of the view it reported on."""
+    ids: tuple[str, ...]
+    """The ids of its latest reports of the node (at most `SAID_IDS`): the events they cause
+    are not news to it."""
+
+
 class GpuManager:
     """Telemetry -> health verdicts -> `ReportNodeHealth` on transitions only, and
     `ReportRackHealth` when the verdict says the node's rack is at fault (the rack rule)."""
@@ -626,9 +641,8 @@ class GpuManager:
         self.rejected = rejected
         self.topic = topic
         self.limit = limit
-        self.reported: dict[tuple[str, str], tuple[Health, int]] = {}
-        """(cluster, node) -> the health this manager last reported, and the seq of the view
-        it reported on."""
+        self.reported: dict[tuple[str, str], Said] = {}
+        """(cluster, node) -> what this manager last reported of the node."""
         self.samples = 0
         self.folded: dict[int, int] = {}
         """The highest telemetry offset handled, per partition."""
@@ -646,13 +660,16 @@ class GpuManager:
             state, applied = self.replicas.advance(state, events)
             for e in applied:
                 node = getattr(e, "node", None)
-                if node is not None and e.type.startswith("Node") and e.actor != self.name:
-                    # The controller's view changed (a repair, another reporter): compare the
-                    # next verdict with that, not with what this manager last said. Its own
-                    # reports are not such news: it may have said more since (a node it
-                    # reported degraded, then failed, is not reported failed a second time
-                    # when the degrade's event arrives).
-                    self.reported.pop((cluster, node), None)
+                if node is None or not e.type.startswith("Node"):
+                    continue
+                said = self.reported.get((cluster, node))
+                if said is not None and e.causation_id not in said.ids:
+                    # The controller's view changed (a repair, another reporter, another
+                    # worker's manager): compare the next verdict with that, not with what
+                    # this manager last said. Its own reports are not such news: it may have
+                    # said more since (a node it reported degraded, then failed, is not
+                    # reported failed a second time when the degrade's event arrives).
+                    del self.reported[(cluster, node)]
             self.replicas.put(state)
 
     async def on_telemetry(self, batch: Sequence[Any]) -> None:
@@ -732,10 +749,9 @@ class GpuManager:
             # the controller go by the repair in the view too, however the view learnt of it).
             said = self.reported.get(key)
             if verdict.health is (
-                node.health if said is None or said[1] < repaired_at else said[0]
+                node.health if said is None or said.seen < repaired_at else said.health
             ):
                 continue
-            self.reported[key] = (verdict.health, state.seq)
             command = ReportNodeHealth(
                 id=f"gpu_manager:{sample.node}:{sample.at.isoformat()}",
                 cluster=sample.cluster,
@@ -745,6 +761,8 @@ class GpuManager:
                 cause=verdict.cause,
                 seen=state.seq,
             )
+            ids = () if said is None else said.ids[1 - SAID_IDS :]
+            self.reported[key] = Said(verdict.health, state.seq, (*ids, command.id))
             out.append((sample.cluster.encode(), encode_command(self.sign(command))))
         await reject_all(self.rejected, rejections)
         await send_all(self.commands, out, what="health reports")

@@ -29,7 +29,7 @@ from rackplane.models import (
 )
 from rackplane.policies.gpu_health import GpuHealthRules
 from rackplane.streams._following import Follower, FollowerCatchUp
-from rackplane.streams.agents import GpuManager
+from rackplane.streams.agents import GpuManager, Said
 from rackplane.streams.codec import decode_event, encode_event
 from rackplane.streams.replicas import Replicas
 from tests.streams.test_controller import (
@@ -150,7 +150,7 @@ async def test_a_repair_the_consumer_skipped_still_reaches_the_gpu_manager() -> 
     followed, sent = manager_of(r.log)
     unfollowed, unsent = manager_of(r.log)
     for m in (followed, unfollowed):
-        m.reported[(c, n)] = (Health.FAILED, 1)  # it reported the failure itself
+        m.reported[(c, n)] = Said(Health.FAILED, 1, ())  # it reported the failure itself
         await m.on_telemetry([sample(c, n, 0, xid=79)])  # its first sample reads the partition
     loaded = len(r.log.records[0])
     await decided(r, repair(c, n), cordon(c, "r0-n2"))
@@ -303,7 +303,7 @@ async def test_a_sample_read_again_after_the_group_moved_is_not_folded_twice() -
     await decided(r, register(c), report(c, n, Health.FAILED, 1))
     topic = EventsTopic(r.log)
     manager, sent = manager_of(r.log)
-    manager.reported[(c, n)] = (Health.FAILED, 1)  # it reported the failure itself
+    manager.reported[(c, n)] = Said(Health.FAILED, 1, ())  # it reported the failure itself
     before = [sample(c, n, 0), sample(c, n, 5, xid=79)]  # clean, then XID 79 (sticky)
     await manager.on_telemetry(before)
     loaded = len(r.log.records[0])

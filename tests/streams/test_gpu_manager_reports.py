@@ -7,7 +7,8 @@ telemetry side), it took it for news, forgot that it had said failed since, and 
 again. That report was decided after the repair.
 
 Three guards, each tested here on the controller of `test_controller`'s rig: the manager does
-not take its own reports for news; the controller ignores a report made on a view from before
+not take the events of its own reports for news (another worker's manager's it does); the
+controller ignores a report made on a view from before
 the node's last repair (`ReportNodeHealth.seen`); and the manager reads a repair from the view
 itself, however the view learnt of it.
 """
@@ -102,3 +103,26 @@ async def test_a_repair_folded_by_a_rebuilt_replica_starts_the_node_over() -> No
     # and, having said failed, said nothing: the repaired node's heat went unreported.
     assert [h for h, _ in reports(sent)] == [Health.DEGRADED, Health.FAILED, Health.DEGRADED]
     assert reports(sent)[-1][1] == manager.replicas.states[c].seq
+
+
+async def test_another_managers_report_is_news() -> None:
+    """Another worker's manager (the telemetry's partition moved and came back) said the node
+    recovered: that is the controller's view now, though its actor is `gpu_manager` too, and
+    this manager's degraded verdict is reported again."""
+    r = rig()
+    c = cluster_on(0)
+    await decided(r, register(c))
+    topic = EventsTopic(r.log)
+    manager, sent = manager_of(r.log)
+    degraded = [sample(c, N, s, nvlink_down=2) for s in (0, 10)]
+    await manager.on_telemetry(degraded)
+    first = len(r.log.records[0])
+    other = ReportNodeHealth(
+        id=f"gpu_manager:{N}:elsewhere", cluster=c, actor="gpu_manager", node=N,
+        health=Health.HEALTHY, seen=manager.replicas.states[c].seq,
+    )  # fmt: skip
+    await decided(r, *sent.commands, other)
+    await manager.on_events(topic.records(0)[first:])
+    assert manager.replicas.states[c].nodes[N].health is Health.HEALTHY
+    await manager.on_telemetry([sample(c, N, 20, nvlink_down=2)])
+    assert [h for h, _ in reports(sent)] == [Health.DEGRADED, Health.DEGRADED]
