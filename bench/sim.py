@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from bench.__main__ import _markdown, machine
-from rackplane.sim import GeneratedCluster, ScenarioDoc, build_scenario, simulate
+from rackplane.sim import GeneratedCluster, Scenario, ScenarioDoc, build_scenario, simulate
 
 Progress = Callable[[str], None]
 
@@ -75,10 +75,8 @@ QUICK_RUNS = (
 )
 
 
-def simulated_year(
-    racks: int, days: float, policy: str, seed: int = 1, progress: Progress | None = None
-) -> dict[str, Any]:
-    """Simulate `days` of a generated cluster of `racks` racks under `policy`; time it."""
+def bench_scenario(racks: int, days: float, policy: str, seed: int = 1) -> tuple[Scenario, str]:
+    """The scenario of one `RACKS:DAYS:POLICY` run and the preset name to simulate it with."""
     name, _, variant = policy.partition("@")
     if variant not in ("", "shared"):
         raise ValueError(f"unknown variant {variant!r} (only @shared)")
@@ -89,7 +87,14 @@ def simulated_year(
             cluster=GeneratedCluster(name=f"bench-{racks}", racks=racks), days=days, seed=seed
         )
     )
-    scenario = build_scenario(doc.model_copy(update={"policies": (name,)}))
+    return build_scenario(doc.model_copy(update={"policies": (name,)})), name
+
+
+def simulated_year(
+    racks: int, days: float, policy: str, seed: int = 1, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Simulate `days` of a generated cluster of `racks` racks under `policy`; time it."""
+    scenario, name = bench_scenario(racks, days, policy, seed)
     last = [-1]
 
     def tick(done: float) -> None:
