@@ -82,8 +82,8 @@ def slice_of(job: JobState, index: int) -> SliceState:
 
 def check_available(s: ClusterState, nodes: Sequence[NodeId]) -> None:
     """Reject unless every node exists, appears once, and may take new work."""
-    twice = [n for n, k in Counter(nodes).items() if k > 1]
-    if twice:
+    if len(set(nodes)) != len(nodes):  # the usual case without counting each node
+        twice = [n for n, k in Counter(nodes).items() if k > 1]
         reject("shape_mismatch", f"node {twice[0]} is proposed twice")
     for n in nodes:
         node = node_state(s, n)

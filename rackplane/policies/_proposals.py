@@ -40,5 +40,8 @@ class Proposals:
 
 def own_rejections(policy: str, events: Sequence[Event]) -> bool:
     """True when one of `policy`'s proposals was just rejected (stale): time to look again."""
-    prefix = f"{policy}:"
-    return any(isinstance(e, CommandRejected) and e.command_id.startswith(prefix) for e in events)
+    # A plain loop, the prefix built only for a rejection: asked after every command.
+    for e in events:
+        if isinstance(e, CommandRejected) and e.command_id.startswith(f"{policy}:"):
+            return True
+    return False

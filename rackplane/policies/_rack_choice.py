@@ -132,7 +132,13 @@ class View:
             rooms,
         )
         out.total = total
-        out.largest = max(usable.values(), default=0) if stale else largest
+        if stale:
+            # The rooms, when counted, hold every room above 0 as a key (no empty lists): the
+            # largest is their maximum, a few keys, not a pass over every rack.
+            largest = (
+                max(rooms, default=0) if rooms is not None else max(usable.values(), default=0)
+            )
+        out.largest = largest
         return out
 
     def hopeless(self, sizes: Sequence[int]) -> Unplaceable | None:

@@ -15,6 +15,7 @@ Cost: O(keys changed) per fold to record; O(folds walked + keys changed) to ask.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -22,9 +23,11 @@ KEPT = 256
 """Changes remembered per kind: more than the folds between two scheduling cycles."""
 
 _Entry = tuple[Any, Any, Iterable[Hashable]]
-_LOGS: dict[str, dict[int, _Entry]] = {"racks": {}, "jobs": {}}
-"""Per kind: id(new map) -> (new map, old map, keys changed). Holding the new map keeps its
-id from being reused while the entry lives."""
+_LOGS: dict[str, OrderedDict[int, _Entry]] = {"racks": OrderedDict(), "jobs": OrderedDict()}
+"""Per kind: id(new map) -> (new map, old map, keys changed), oldest first. Holding the new
+map keeps its id from being reused while the entry lives. An `OrderedDict` drops its oldest
+in O(1): `next(iter(d))` on a plain dict walks the slots its earlier deletions left at the
+front (a few percent of a simulated year's CPU, with two records per event)."""
 
 
 def record(kind: str, new: object, old: object, keys: Iterable[Hashable]) -> None:
@@ -34,7 +37,7 @@ def record(kind: str, new: object, old: object, keys: Iterable[Hashable]) -> Non
     log = _LOGS[kind]
     log[id(new)] = (new, old, keys)
     if len(log) > KEPT:
-        del log[next(iter(log))]
+        log.popitem(last=False)
 
 
 def since(

@@ -67,6 +67,7 @@ from rackplane.projections.state import (
     SeenCommands,
     SliceState,
     Window,
+    built_state,
 )
 
 
@@ -402,8 +403,9 @@ class _Builder:
         new_racks = racks.finish()
         if not self.racks_rebuilt:
             _changes.record("racks", new_racks, self.state.racks, (*self.free, *self.racks_changed))
-        # Built directly: dataclasses.replace costs several microseconds per event.
-        return ClusterState(
+        # Built directly: dataclasses.replace costs several microseconds per event, and
+        # the frozen dataclass's `__init__` two more than `built_state`.
+        return built_state(
             self.cluster,
             self.seq,
             self.at,

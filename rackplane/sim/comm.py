@@ -71,6 +71,8 @@ class CommModel(BaseModel):
         """Step-time penalty of a job: that of its slowest slice."""
         worst = 0.0
         for nodes in slices:
-            counts = Counter(rack_of[n] for n in nodes)
-            worst = max(worst, self.slice_penalty(counts.values()))
+            racks = [rack_of[n] for n in nodes]
+            if len(set(racks)) <= 1:
+                continue  # inside one rack (or empty): no penalty, and nothing to count
+            worst = max(worst, self.slice_penalty(Counter(racks).values()))
         return worst

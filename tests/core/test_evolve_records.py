@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from rackplane.models import (
     CompleteJob,
@@ -18,7 +21,7 @@ from rackplane.models import (
 )
 from rackplane.projections import evolve, fold, initial_state
 from rackplane.projections.evolve import _job_with
-from rackplane.projections.state import BlockInfo, ClusterState, JobState, SliceState
+from rackplane.projections.state import BlockInfo, ClusterState, JobState, SliceState, built_state
 from tests.builders import CLUSTER, Harness, cmd, job, node, nodes, rack, register
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -82,3 +85,19 @@ def test_a_node_back_in_service_is_freed_by_a_later_release_in_the_same_run() ->
     replayed = fold(initial_state(CLUSTER), h.log)
     assert replayed == h.state
     assert replayed.racks["r01"].free == frozenset(nodes("r01", 1, 6))
+
+
+def test_built_state_sets_every_field_as_the_constructor_does() -> None:
+    names = [f.name for f in fields(ClusterState)]
+    # A distinct object per field: a slot set out of order, or not at all, shows.
+    marks = [object() for _ in names]
+    built, made = built_state(*marks), ClusterState(*marks)  # type: ignore[arg-type]
+    assert type(built) is ClusterState
+    assert all(
+        getattr(built, n) is m and getattr(made, n) is m for n, m in zip(names, marks, strict=True)
+    )
+    state = fold(initial_state(CLUSTER), Harness().given(register(rack("r01", 2))).log)
+    values = [getattr(state, n) for n in names]
+    assert built_state(*values) == state
+    with pytest.raises(ValueError, match="shorter"):
+        built_state(*values[:-1])
