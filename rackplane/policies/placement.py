@@ -112,12 +112,15 @@ class Capacity:
 
     def take(self, nodes: Iterable[NodeId]) -> None:
         """Deduct nodes given away in this cycle."""
-        rack_of = self.state.nodes
-        for n in nodes:
+        rack_of, taken, usable, dirty = self.state.nodes, self.taken, self.usable, self._dirty
+        for n in nodes:  # locals: every node of every placement of a cycle passes here
             rack = rack_of[n].rack
-            self.taken.setdefault(rack, set()).add(n)
-            self.usable[rack] -= 1
-            self._dirty.add(rack)
+            got = taken.get(rack)
+            if got is None:
+                got = taken[rack] = set()
+            got.add(n)
+            usable[rack] -= 1
+            dirty.add(rack)
         self._changed()
 
     def withhold(self, nodes: Iterable[NodeId]) -> None:

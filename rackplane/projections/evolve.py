@@ -95,7 +95,7 @@ def evolve(state: ClusterState, event: Event) -> ClusterState:
     """
     if not _is_next(state.cluster, state.seq, event):
         return state
-    return _fold(state, (event,))
+    return _fold(state, (event,), lone=True)
 
 
 def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
@@ -111,8 +111,8 @@ def fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
         return _fold(state, events)
 
 
-def _fold(state: ClusterState, events: Iterable[Event]) -> ClusterState:
-    b = _Builder(state)
+def _fold(state: ClusterState, events: Iterable[Event], *, lone: bool = False) -> ClusterState:
+    b = _Builder(state, lone=lone)
     cluster, handlers, registered = state.cluster, _HANDLERS, TopologyRegistered
     last, at = state.seq, state.at  # the builder's seq and at, kept in locals
     for event in events:
@@ -160,8 +160,10 @@ class _Builder:
     assignment folded in.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, *, lone: bool = False) -> None:
         self.state = state
+        self.lone = lone
+        """One event (`evolve`): no later release in the run reuses a rack's `down_in`."""
         self.index = state.index
         self.settings = state.settings
         self.nodes = state.nodes.mutate()
@@ -320,6 +322,12 @@ class _Builder:
             for n in nodes:
                 serving[n] = pair
             of_rack = self.free_of(racks[0])
+            if self.lone and racks[0] not in self.down:
+                # One event: look at the nodes released, not at every node of the rack (the
+                # free index never holds a node out of service, so the result is the same).
+                table = self.nodes
+                of_rack.update([n for n in nodes if table[n].in_service])
+                return
             of_rack.update(nodes)
             of_rack.difference_update(self.down_in(racks[0]))  # never free, released or not
             return
@@ -376,7 +384,10 @@ class _Builder:
         for n, (job, index) in self.serving.items():
             old = nodes[n]
             if old.job != job or old.slice != index:
-                nodes[n] = NodeState(n, old.rack, old.health, old.cordoned, job, index, old.cause)
+                # `_new`, every field in order: a node record per node placed or released
+                nodes[n] = _new(
+                    NodeState, (n, old.rack, old.health, old.cordoned, job, index, old.cause)
+                )
         for rack, free in self.free.items():
             r = racks[rack]
             if free != r.free:
