@@ -112,21 +112,17 @@ def print_list(
 
         console.out("\n".join([title, line(columns), *map(line, rows)]), highlight=False)
         return
-    out = Text(f"{title}\n")
+    styled = [Text(title)]
     for cells in (columns, *rows):
-        last = len(cells) - 1
-        for i, (name, cell, w) in enumerate(zip(columns, cells, widths, strict=True)):
+        text = Text()
+        for name, cell, w in zip(columns, cells, widths, strict=True):
             gap = " " * (w - _width(cell))
-            if name in right:
-                out.append(gap)
-            out.append(cell)
-            if name not in right and i < last:
-                out.append(gap)
-            if i < last:
-                out.append("  ")
-        out.append("\n")
-    out.rstrip()
-    console.print(out, soft_wrap=True, highlight=False)
+            for part in (gap, cell) if name in right else (cell, gap):
+                text.append(part)
+            text.append("  ")
+        text.rstrip()
+        styled.append(text)
+    console.print(Text("\n").join(styled), soft_wrap=True, highlight=False)
 
 
 def _width(cell: Cell) -> int:
