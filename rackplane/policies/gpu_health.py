@@ -403,7 +403,8 @@ class GpuHealthRules:
         return quiet, verdict, evidence.fault
 
     def forget(self, cluster: str, node: str) -> None:
-        """The node was repaired: its next samples start from healthy."""
+        """The node was repaired: its next samples start from healthy. For callers that fold
+        samples without the controller's view; the GPU Manager passes `repaired_at` instead."""
         state = self.states.get((cluster, node))
         if state is not None:
             self.states[(cluster, node)] = repaired(state)

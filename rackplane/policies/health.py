@@ -71,10 +71,6 @@ class HealthClassifier(Protocol):
         """
         ...
 
-    def forget(self, cluster: str, node: str) -> None:
-        """The node was repaired: drop what was remembered about it."""
-        ...
-
 
 RANK = {Health.HEALTHY: 0, Health.DEGRADED: 1, Health.FAILED: 2}
 """Severity order of health verdicts."""
@@ -102,9 +98,6 @@ class SimpleRules:
             if RANK[v.health] > RANK[worst.health]:
                 worst = v
         return worst
-
-    def forget(self, cluster: str, node: str) -> None:
-        """Stateless: nothing to forget."""
 
     def _gpu(self, g: GpuSample) -> Verdict:
         index = g.index
