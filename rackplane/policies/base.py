@@ -30,3 +30,11 @@ def due(policy: Policy, state: ClusterState) -> datetime | None:
     passes): its `due(state)` if it has one, else None (event-driven only)."""
     ask = getattr(policy, "due", None)
     return None if ask is None else ask(state)
+
+
+def warm(policy: Policy, state: ClusterState) -> None:
+    """Let `policy` build, for a replica just rebuilt, what its first decision on it would
+    (its `warm(state)` if it has one), so that decision costs what later ones do."""
+    ask = getattr(policy, "warm", None)
+    if ask is not None:
+        ask(state)

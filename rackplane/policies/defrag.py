@@ -52,7 +52,7 @@ from rackplane.models import (
 )
 from rackplane.policies._defrag_search import Budget, RoomBound, Search
 from rackplane.policies._defrag_seeds import Option, RackVictims, Ranked, Seeds
-from rackplane.policies._defrag_victims import count_victims, eligible
+from rackplane.policies._defrag_victims import count_victims, eligible, prime
 from rackplane.policies._proposals import Proposals
 from rackplane.policies.placement import (
     Capacity,
@@ -396,6 +396,14 @@ class Defrag:
     """Reacts to jobs blocked by topology with a defragmentation plan (module docstring)."""
 
     name: str = "defrag"
+
+    def warm(self, state: ClusterState) -> None:
+        """Prime the tables a plan reads (`_defrag_victims.prime`) for the priorities of the
+        queued jobs, highest first (the head of a blocked line is among them)."""
+        if state.index is None or not state.settings.defrag_enabled:
+            return
+        queued = sorted(_queued_of(state.jobs).values(), key=lambda j: j.queue_key)
+        prime(state, (j.spec.priority for j in queued))
 
     def propose(
         self, state: ClusterState, events: Sequence[Event], *, now: datetime

@@ -36,7 +36,7 @@ from rackplane.models import (
     ReportRackHealth,
 )
 from rackplane.policies import decide, refuse_oversized
-from rackplane.policies.base import Policy, due
+from rackplane.policies.base import Policy, due, warm
 from rackplane.policies.health import HealthClassifier
 from rackplane.projections import ClusterState, fold
 from rackplane.streams._append import Decision, Fence, ForeignWrite, Stalled, decision_bytes
@@ -477,6 +477,8 @@ class PolicyRunner:
         self.monotonic = monotonic
         self.inflight: dict[tuple[str, ...], tuple[str, float]] = {}
         self.suppressed = 0
+        self.warmed: set[str] = set()
+        """Clusters the policy was offered to warm (`policies.base.warm`)."""
 
     async def process(self, batch: Sequence[Any]) -> None:
         """Fold the batch per cluster, then let the policy propose once per cluster."""
@@ -489,6 +491,14 @@ class PolicyRunner:
             state, applied = self.replicas.advance(state, events)
             new = [*history, *applied]  # just rebuilt: catch up on everything (proposals dedupe)
             self.replicas.put(state)
+            if history or cluster not in self.warmed:
+                # Just rebuilt (or first seen): its first decision should cost what later
+                # ones do, not build the policy's tables on the clock.
+                self.warmed.add(cluster)
+                try:
+                    warm(self.policy, state)
+                except Exception:
+                    log.exception("policy %s failed to warm on %s", self.name, cluster)
             if not new:
                 continue
             self._settled(new)

@@ -13,21 +13,22 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from rackplane.models import Health, JobId, JobKind, NodeId, RackId
-from rackplane.policies._defrag_victims import count_victims
-from rackplane.policies.defrag import candidates, victim_weight
+from rackplane.policies._defrag_victims import Victims, count_victims, eligible, prime
+from rackplane.policies.defrag import victim_weight
 from rackplane.projections import ClusterState
 from rackplane.projections.state import restart_cost
 from tests.policies.test_defrag_quality import add_hero, build, workload
 
 
 def _by_definition(
-    state: ClusterState, kept: frozenset[NodeId]
+    state: ClusterState, kept: frozenset[NodeId], beneficiary: JobId = "hero"
 ) -> tuple[dict[JobId, float], dict[JobId, float], dict[JobId, dict[RackId, int]]]:
-    """Costs and freed nodes as first written: every victim's nodes read one by one."""
-    hero = state.jobs["hero"]
-    pool = candidates(state, hero)
+    """Costs and freed nodes as first written: every victim's nodes read one by one (for a
+    beneficiary of the hero's priority)."""
+    priority = state.jobs["hero"].spec.priority
+    pool = eligible(state, beneficiary, priority)
     lost = {v.id: restart_cost(state, v, state.at) for v in pool}  # type: ignore[arg-type]
-    cost = {v.id: lost[v.id] * victim_weight(v, hero.spec.priority) for v in pool}
+    cost = {v.id: lost[v.id] * victim_weight(v, priority) for v in pool}
     freed_in: dict[JobId, dict[RackId, int]] = {}
     for v in pool:
         mine: dict[RackId, int] = {}
@@ -83,8 +84,26 @@ def test_counted_victims_are_what_their_nodes_say_one_by_one(  # type: ignore[no
             jobs = jobs.set(j, old._replace(spec=spec))
     state = replace(state, jobs=jobs)
     kept = frozenset(data.draw(st.lists(st.sampled_from(every), unique=True, max_size=8)))
-    got = count_victims(state, "hero", priority, state.at, kept)  # type: ignore[arg-type]
-    lost, cost, freed_in = _by_definition(state, kept)
+    # The beneficiary: the queued hero, or a job that holds nodes (never its own victim),
+    # counted after the hero's count on the same state (one pool for both: the hero's again
+    # afterwards must still hold that job).
+    holders = sorted(j.id for j in state.jobs.values() if j.status.holds_nodes)
+    beneficiary = data.draw(st.sampled_from(["hero", *holders]))
+    if data.draw(st.booleans()):  # what a worker does to a replica it has just rebuilt
+        prime(state, [priority])
+    count_victims(state, "hero", priority, state.at, kept)  # type: ignore[arg-type]
+    got = count_victims(state, beneficiary, priority, state.at, kept)  # type: ignore[arg-type]
+    _same(got, state, kept, beneficiary)
+    again = count_victims(state, "hero", priority, state.at, kept)  # type: ignore[arg-type]
+    _same(again, state, kept, "hero")
+    event("a beneficiary that holds nodes" if beneficiary != "hero" else "a queued beneficiary")
+    event("victims free nodes" if got.freed_in else "no victim frees a node")
+    event("a slice spans racks" if _spans(state) else "every slice in one rack")
+
+
+def _same(got: Victims, state: ClusterState, kept: frozenset[NodeId], beneficiary: JobId) -> None:
+    """`got` is what the definition says, field by field."""
+    lost, cost, freed_in = _by_definition(state, kept, beneficiary)
     assert sorted(got.by_id) == sorted(lost)
     assert got.lost == lost  # exactly: the same operations in the same order
     assert got.cost == cost
@@ -96,8 +115,6 @@ def test_counted_victims_are_what_their_nodes_say_one_by_one(  # type: ignore[no
             in_rack.setdefault(r, {})[v] = k
     assert got.in_rack == in_rack
     assert got.demand == {v: state.jobs[v].spec.nodes for v in lost}
-    event("victims free nodes" if freed_in else "no victim frees a node")
-    event("a slice spans racks" if _spans(state) else "every slice in one rack")
 
 
 def _spans(state: ClusterState) -> bool:
