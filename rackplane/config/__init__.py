@@ -1,4 +1,4 @@
-"""Configuration: one settings model (pydantic-settings), its layers, its docs. An adapter.
+"""Configuration: one settings model (pydantic), its layers, its docs. An adapter.
 
 Defaults < YAML config file < `RACKPLANE_*` environment variables < command-line flags.
 """

@@ -1,27 +1,22 @@
 """The settings model: every knob of a worker and of the client commands, in one place.
 
-Theory of operation: one pydantic-settings model, `RackplaneSettings`, read from four layers,
-each overriding the one before it: the defaults written here < an optional YAML config file
+Theory of operation: one pydantic model, `RackplaneSettings`, read from four layers, each
+overriding the one before it: the defaults written here < an optional YAML config file
 (`--config FILE` or `RACKPLANE_CONFIG`) < environment variables `RACKPLANE_<NAME>` (nested
-policy fields as `RACKPLANE_POLICY__<NAME>`) < command-line flags. Secrets are `SecretStr`:
-they never print (`rackplane config show` masks them) and reach Kafka clients only through
-`stream_config()`.
+policy fields as `RACKPLANE_POLICY__<NAME>`) < command-line flags. `config._load` reads the
+layers and merges them into one mapping the model validates (the environment as
+pydantic-settings reads it: names in any case, list, tuple, mapping and model fields as
+JSON; pydantic-settings itself cost every CLI command ~40-60 ms of imports). Secrets are
+`SecretStr`: they never print (`rackplane config show` masks them) and reach Kafka clients
+only through `stream_config()`.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import (
-    BaseSettings,
-    NoDecode,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from rackplane.models import Actor, PolicySettings
 from rackplane.streams.config import KafkaSecurity, StreamConfig, bootstrap_of
@@ -36,26 +31,15 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
-FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("rackplane_file_values", default=None)
-"""The config file's values while `load_settings` builds a model (the file layer's source)."""
+class Raw:
+    """Field metadata: the environment's value is given as it is (the field's validator splits
+    it), not decoded as JSON like other list fields."""
 
 
-class _FileSource(PydanticBaseSettingsSource):
-    """The config file layer: values `load_settings` read from YAML."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ returns the whole layer
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(FILE_VALUES.get() or {})
-
-
-class RackplaneSettings(BaseSettings):
+class RackplaneSettings(BaseModel):
     """How rackplane connects to Kafka, where it keeps data, and the policy overrides."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
+    model_config = ConfigDict(
         extra="forbid",
         frozen=True,
         validate_default=True,
@@ -95,7 +79,7 @@ class RackplaneSettings(BaseSettings):
     """Consumer group of the workers: workers with the same id share the partitions."""
     exactly_once: bool = False
     """Kafka transactions (Apache Kafka only; the embedded broker has none)."""
-    policies: Annotated[tuple[str, ...], NoDecode] = POLICY_AGENTS
+    policies: Annotated[tuple[str, ...], Raw()] = POLICY_AGENTS
     """Policy agents this worker runs (comma-separated in env and flags)."""
     gpu_manager: bool = True
     """Run the GPU Manager (reads telemetry, reports node health)."""
@@ -173,18 +157,6 @@ class RackplaneSettings(BaseSettings):
     policy: PolicySettings = PolicySettings()
     """Policy overrides applied over the cluster file's `policy:` at `register` (only the
     fields set here, e.g. RACKPLANE_POLICY__ADMINS='["operator:alice"]')."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # First wins: flags (init) < env < file < the defaults written above.
-        return (init_settings, env_settings, _FileSource(settings_cls))
 
     @field_validator("broker")
     @classmethod

@@ -94,6 +94,48 @@ def test_policies_from_the_environment_may_be_comma_separated(
     assert load_settings().settings.policies == ("tas", "spare_swap")
 
 
+def test_the_environment_is_read_as_pydantic_settings_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names in any case; lists, mappings and models as JSON; a model's fields one by one over
+    its JSON, over the file's; a variable that names no setting is not read."""
+    monkeypatch.setenv("rackplane_Partitions", "3")
+    monkeypatch.setenv("RACKPLANE_LOG_KEYS", '["a2V5"]')
+    monkeypatch.setenv("RACKPLANE_POLICY", '{"slice_size": 4, "spares_per_rack": 2}')
+    monkeypatch.setenv("RACKPLANE_POLICY__SPARES_PER_RACK", "1")
+    monkeypatch.setenv("RACKPLANE_POLICY__XID_ACTIONS", '{"79": "drain_and_replace"}')
+    monkeypatch.setenv("RACKPLANE_NO_SUCH_SETTING", "x")
+    path = write(tmp_path, "policy:\n  borrow_spares: true\n  slice_size: 8\n")
+    s = load_settings(path).settings
+    assert s.partitions == 3
+    assert s.log_keys == ("a2V5",)
+    assert (s.policy.slice_size, s.policy.spares_per_rack, s.policy.borrow_spares) == (4, 1, True)
+    assert s.policy.xid_actions[79].value == "drain_and_replace"
+    assert s.policy.model_fields_set == {
+        "slice_size", "spares_per_rack", "borrow_spares", "xid_actions"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "want"),
+    [
+        ("RACKPLANE_LOG_KEYS", "a2V5", "RACKPLANE_LOG_KEYS: not valid JSON"),
+        ("RACKPLANE_POLICY__ADMINS", "operator:alice", "RACKPLANE_POLICY__ADMINS: not valid JSON"),
+        ("RACKPLANE_POLICY__NO_SUCH_FIELD", "1",
+         "policy.no_such_field: not a rackplane setting (docs/CONFIG.md lists them) (from the "
+         "environment: "
+         "RACKPLANE_POLICY__NO_SUCH_FIELD)"),
+    ],
+)  # fmt: skip
+def test_a_variable_the_model_cannot_read_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, want: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert want in str(err.value)
+
+
 def test_policy_overrides_apply_over_the_cluster_file_field_by_field(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
