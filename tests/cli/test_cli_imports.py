@@ -64,22 +64,6 @@ def test_a_read_or_a_submit_loads_no_heavy_package(modules: tuple[str, ...]) -> 
     assert sorted(loaded & {*HEAVY, *UNNEEDED_CORE}) == []
 
 
-def test_a_client_printing_events_does_not_load_the_fold() -> None:
-    code = (
-        "import json, sys\n"
-        "import rackplane.cli._client, rackplane.streams.client, rackplane.projections.timeline\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rackplane.'))))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = set(json.loads(out.stdout))
-    fold = {"rackplane.projections.evolve", "rackplane.projections.state"}
-    assert sorted(loaded & fold) == []
-    # and the package still gives every name it always gave, on first use
-    from rackplane import projections
-
-    assert all(getattr(projections, name) is not None for name in projections.__all__)
-
-
 def test_the_defaults_the_help_names_are_the_cores() -> None:
     from rackplane.importers import POD_LABEL, SUPERPOD_LABEL
     from rackplane.policies import PRESETS
