@@ -198,7 +198,7 @@ def _send_all(
 
 
 def _show(command: Command, events: list[Event], as_json: bool) -> None:
-    from rackplane.projections.timeline import describe
+    from rackplane.timeline import describe
 
     if as_json:
         print_json({"command": command.id, "events": [e.model_dump(mode="json") for e in events]})
@@ -413,7 +413,7 @@ def _jobs_of(path: Path, owner: str) -> list[JobSpec]:
 
 
 def _show_many(commands: list[Command], outcomes: list[list[Event]], as_json: bool) -> None:
-    from rackplane.projections.timeline import describe
+    from rackplane.timeline import describe
 
     if as_json:
         print_json(

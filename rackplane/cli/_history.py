@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
 def _timeline(
     db: Path | None, cluster: str | None, subject: str, kind: str, json_out: bool
 ) -> None:
-    from rackplane.projections.timeline import timeline
+    from rackplane.timeline import timeline
 
     with history(db) as reader:
         name = pick_cluster(reader, cluster)

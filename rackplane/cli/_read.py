@@ -262,7 +262,7 @@ def job(
 ) -> None:
     """One job: its status, slices and nodes, and its events, from the live event log."""
     from rackplane.projections import job_row
-    from rackplane.projections.timeline import describe, mentions
+    from rackplane.timeline import describe, mentions
 
     s = _settings(config_file, broker, prefix)
 

@@ -52,7 +52,7 @@ def test_starting_the_cli_loads_no_heavy_package() -> None:
                 "rackplane.cli",
                 "rackplane.streams.live",
                 "rackplane.streams.projection_agent",
-                "rackplane.projections.timeline",
+                "rackplane.timeline",
             ),
             id="the read commands (status, jobs, job, racks, rack)",
         ),
@@ -62,6 +62,29 @@ def test_starting_the_cli_loads_no_heavy_package() -> None:
 def test_a_read_or_a_submit_loads_no_heavy_package(modules: tuple[str, ...]) -> None:
     loaded = _loaded_after(*modules)
     assert sorted(loaded & {*HEAVY, *UNNEEDED_CORE}) == []
+
+
+def test_a_client_printing_events_does_not_load_the_fold() -> None:
+    code = (
+        "import json, sys\n"
+        "import rackplane.cli._client, rackplane.streams.client, rackplane.timeline\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rackplane.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert sorted(loaded & {"rackplane.projections", "rackplane.projections.evolve"}) == []
+
+
+def test_the_fold_is_the_function_however_its_module_was_first_imported() -> None:
+    """`evolve` names a module and its function: the package must give the function (a lazy
+    package init once gave the module to code that imported the module first)."""
+    code = (
+        "import rackplane.projections.evolve\n"
+        "from rackplane.projections import evolve\n"
+        "print(callable(evolve) and evolve.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "rackplane.projections.evolve"
 
 
 def test_the_defaults_the_help_names_are_the_cores() -> None:

@@ -22,6 +22,7 @@ CORE = [
     "policies",
     "sim",
     "engine.py",
+    "timeline.py",
     "kube/__init__.py",
     "kube/objects.py",
     "kube/gangs.py",

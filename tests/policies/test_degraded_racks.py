@@ -27,7 +27,7 @@ from rackplane.models.events import (
     SliceMigrated,
 )
 from rackplane.policies import preset
-from rackplane.projections.timeline import describe
+from rackplane.timeline import describe
 from tests.builders import CLUSTER, Harness, cmd, job, node, nodes, rack, topology
 from tests.invariants import check_invariants
 from tests.policies.test_stories import Clock, Engine, engine_for, run

@@ -510,7 +510,7 @@ def test_a_dedicated_reservation_survives_a_snapshot() -> None:
 
 
 def test_the_timeline_says_who_a_reservation_is_for_and_which_job_runs_in_it() -> None:
-    from rackplane.projections.timeline import describe
+    from rackplane.timeline import describe
 
     engine, _ = cluster(queues=QUEUES)
     (made,) = engine.handle(cmd(Reserve, reservation="hero", racks=("r02",), start=START,
