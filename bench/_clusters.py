@@ -126,10 +126,15 @@ def cluster(racks: int, fill: str, seed: int = 1) -> ClusterState:
 def blocked_by_topology(racks: int) -> ClusterState:
     """A fragmented cluster where every rack with room for 16 took a 16-node job, then one
     more 16-node job (priority 5) waits: blocked by topology, plenty of free nodes in total."""
+    return blocked_folder(racks).state
+
+
+def blocked_folder(racks: int) -> Folder:
+    """`blocked_by_topology`'s cluster, with its folder (to send it more commands)."""
     f = Folder(cluster(racks, "fragmented"))
     capacity = Capacity(f.state)
     k = 0
     while f.place(JobSpec(id=f"fill{k}", nodes=16), capacity):
         k += 1
     f.send(SubmitJob, job=JobSpec(id="blocked", nodes=16, priority=5))
-    return f.state
+    return f

@@ -26,11 +26,10 @@ import sys
 import time
 from typing import Any
 
-from bench._clusters import Folder, cluster
+from bench._clusters import blocked_folder
 from rackplane.models import JobSpec, SubmitJob
 from rackplane.policies import _defrag_seeds, _defrag_victims, placement
 from rackplane.policies.defrag import Defrag, plan_defrag
-from rackplane.policies.placement import Capacity
 from rackplane.projections import ClusterState
 
 
@@ -43,17 +42,6 @@ def cleared() -> None:
     for f in vars(_defrag_seeds).values():
         if hasattr(f, "cache_clear"):
             f.cache_clear()
-
-
-def blocked(racks: int) -> Folder:
-    """`blocked_by_topology`'s cluster, with the folder kept to submit more."""
-    f = Folder(cluster(racks, "fragmented"))
-    capacity = Capacity(f.state)
-    k = 0
-    while f.place(JobSpec(id=f"fill{k}", nodes=16), capacity):
-        k += 1
-    f.send(SubmitJob, job=JobSpec(id="blocked", nodes=16, priority=5))
-    return f
 
 
 def plan(state: ClusterState, job: str) -> Any:
@@ -70,7 +58,7 @@ def cpu_ms(fn: Any) -> tuple[float, Any]:
 
 def heads(racks: int, n: int) -> dict[str, Any]:
     cleared()
-    f = blocked(racks)
+    f = blocked_folder(racks)
     first, _ = cpu_ms(lambda: plan(f.state, "blocked"))
     digest = hashlib.sha256()
     ms = []
@@ -91,7 +79,7 @@ def heads(racks: int, n: int) -> dict[str, Any]:
 
 
 def start(racks: int, runs: int) -> dict[str, Any]:
-    state = blocked(racks).state
+    state = blocked_folder(racks).state
     plan(state, "blocked")  # imports and first-use costs out of the way
     cold, warm, after = [], [], []
     for _ in range(runs):
