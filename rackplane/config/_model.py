@@ -11,10 +11,8 @@ JSON; pydantic-settings itself cost every CLI command ~40-60 ms of imports). Sec
 only through `stream_config()`.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -180,7 +178,7 @@ class RackplaneSettings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _sasl_needs_credentials(self) -> RackplaneSettings:
+    def _sasl_needs_credentials(self) -> Self:
         if self.kafka_security_protocol.startswith("SASL_") and not (
             self.kafka_sasl_username and self.kafka_sasl_password
         ):

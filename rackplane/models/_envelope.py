@@ -1,7 +1,5 @@
 """The envelope every command and event carries (DESIGN.md, "Events and commands")."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field

@@ -31,8 +31,6 @@ an actor: ...)". Lengths count code points, as pydantic does; positions count fr
 (`Rejection`).
 """
 
-from __future__ import annotations
-
 import bisect
 import re
 from dataclasses import dataclass

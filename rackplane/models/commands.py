@@ -4,8 +4,6 @@ Operators, job runtimes, the GPU Manager and the policies all speak through thes
 never changes anything by itself; `decide` turns it into events or a `CommandRejected`.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter

@@ -3,8 +3,6 @@
 Schemas change by addition (new optional fields); a rename is a new event type.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field, TypeAdapter

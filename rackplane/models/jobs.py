@@ -1,9 +1,8 @@
 """What users ask for: a job of n nodes cut into NVLink-local slices."""
 
-from __future__ import annotations
-
 from datetime import timedelta
 from enum import StrEnum
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -60,7 +59,7 @@ class JobSpec(BaseModel):
     or its queue): placed only on its nodes, once it has started. None: anywhere else."""
 
     @model_validator(mode="after")
-    def _check_shape(self) -> JobSpec:
+    def _check_shape(self) -> Self:
         if (
             self.min_nodes_per_slice is not None
             and self.slice_size is not None

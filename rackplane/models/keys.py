@@ -8,8 +8,6 @@ send is `rackplane.policies._authorize`'s business; checking the signature is
 (`rackplane.keyfiles`) on the machine of whoever signs.
 """
 
-from __future__ import annotations
-
 import base64
 import hashlib
 import json

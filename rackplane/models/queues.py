@@ -18,8 +18,6 @@ console and `rackplane queues` show the GPUs too. The rules that use the tree ar
 `rackplane/policies/quotas.py`.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -5,8 +5,6 @@ every field valid (`printable`: escaped, cut with a marker) rather than fail; th
 bytes, value and key, are kept in base64.
 """
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter

@@ -1,7 +1,5 @@
 """Policy settings: how the controller and policies treat a cluster (from the cluster file)."""
 
-from __future__ import annotations
-
 from datetime import timedelta
 from typing import Self
 

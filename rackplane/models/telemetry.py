@@ -3,8 +3,6 @@
 A field a GPU does not support is None (unsupported), never 0. Schemas grow by addition.
 """
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter

@@ -1,7 +1,5 @@
 """Small value types shared by commands, events and state."""
 
-from __future__ import annotations
-
 from enum import StrEnum
 from typing import Literal
 
