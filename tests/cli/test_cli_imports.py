@@ -8,6 +8,7 @@ heavy packages that must stay out of the CLI's start and out of the read and sub
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -149,3 +150,37 @@ def test_running_a_command_loads_only_its_module() -> None:
     assert "rackplane.cli._client" in names
     others = {f"rackplane.cli.{m}" for m in ("_sim", "_tui", "_history", "_up", "_kube", "_demo")}
     assert sorted(names & others) == []
+
+
+_PLUGINS_SEEN = (
+    "import os, sys\n"
+    "sys.argv = ['rackplane', 'version']\n"
+    "from rackplane.cli import main\n"
+    "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    "from pydantic.plugin._loader import get_plugins\n"
+    "print(repr(os.environ.get('PYDANTIC_DISABLE_PLUGINS')), get_plugins() == ())\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "seen"),
+    [
+        pytest.param(None, "'__all__' True", id="unset: the command line skips the look"),
+        pytest.param("", "'' False", id="set empty by the user: plugins are looked up"),
+    ],
+)
+def test_the_command_line_skips_pydantic_plugins_unless_told(given: str | None, seen: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if given is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = given
+    out = subprocess.run(
+        [sys.executable, "-c", _PLUGINS_SEEN], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.splitlines()[-1] == seen
+
+
+def test_importing_the_cli_leaves_pydantic_plugins_alone() -> None:
+    code = "import os, rackplane.cli\nprint(repr(os.environ.get('PYDANTIC_DISABLE_PLUGINS')))"
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == "None"
