@@ -118,6 +118,8 @@ def up(
         )
         say = errors.print
         say(f"[green]broker[/] {broker}")
+        if embedded is not None:
+            say(EMBEDDED_NOTE, highlight=False)
         from aiokafka.errors import KafkaError
 
         from rackplane.streams.topics import TopicsError, ensure_topics
@@ -161,6 +163,17 @@ def up(
 
 def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+EMBEDDED_NOTE = (
+    "[yellow]note[/] the embedded Tansu keeps the log in memory and slows as it grows: "
+    "under the default demo load it takes most of a core within 15-20 minutes and commands "
+    "answer in seconds. For a longer run: rackplane up --kafka (docs/BENCHMARKS.md)."
+)
+"""Said once when `up` starts the embedded broker: each fetch that brings records costs Tansu
+0.6.0 time in proportion to the record batches of the partition (docs/BENCHMARKS.md, "a
+long-running up"), and nothing in the protocol (no DeleteRecords, no retention) lets `up`
+shorten the log."""
 
 
 def _start_kafka(workdir: Path) -> Any:
