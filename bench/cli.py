@@ -39,18 +39,23 @@ READY_S = 120.0
 
 
 @contextlib.contextmanager
-def _live_up(say: Progress) -> Iterator[str]:
-    """A `rackplane up --headless` in its own process group for the block; yields its broker."""
+def _live_up(
+    say: Progress, extra: tuple[str, ...] = (), started: list[int] | None = None
+) -> Iterator[str]:
+    """A `rackplane up --headless *extra` in its own process group for the block; yields its
+    broker (and appends up's PID, its process group, to `started` when given)."""
     with tempfile.TemporaryDirectory(prefix="rackplane-bench-cli-") as tmp:
         log = Path(tmp) / "up.log"
         with log.open("w") as out:  # a file, not a pipe: nobody reads up's output meanwhile
             proc = subprocess.Popen(
-                [*_RACKPLANE, "up", "--headless", "--cluster", str(CLUSTER_FILE)],
+                [*_RACKPLANE, "up", "--headless", *extra, "--cluster", str(CLUSTER_FILE)],
                 cwd=ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        if started is not None:
+            started.append(proc.pid)
         try:
             broker = _wait_ready(proc, log, say)
             yield broker

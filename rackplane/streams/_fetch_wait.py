@@ -1,15 +1,18 @@
 """Adaptive fetch wait for aiokafka's consumers: a fetch answered empty while data waits is
 asked again with a longer wait.
 
-Why (issue 4's stall): on Tansu 0.6.0 every fetch costs time in proportion to the number of
-record batches the partition holds, wherever the fetch starts (measured here: 5.8 ms at
-10,000 one-record batches, 18 ms at 30,000, 36 ms at 60,000, 55-62 ms at 100,000; a
-partition of 100-record batches answers in 1 ms). Tansu answers when the fetch's
-`max_wait_ms` runs out with what it gathered by then, and once the cost passes the wait
-that is nothing: no error, the right high watermark, an empty record set. aiokafka then asks
-again at the same offset, for ever; Faust's stream stops without a word. Commands arrive one
-per batch, so the controller's commands partition reached that point after ~10,000 commands
-at a 5 ms wait; at the 50 ms default it comes after ~90,000.
+Why (issue 4's stall): on Tansu 0.6.0 a fetch that gathers records costs time in proportion
+to the number of record batches the partition holds (measured here: 5.8 ms at 10,000
+one-record batches, 18 ms at 30,000, 36 ms at 60,000, 55-62 ms at 100,000; a partition of
+100-record batches answers in 1 ms; `python -m bench.tansu_cost`, 2026-12-07: 2.6 ms of the
+broker's CPU per record tailed at 1,000 batches, 24 ms at 40,000, while a fetch that waits
+at the end and gets nothing stays at ~0.6 ms and ListOffsets grows as the gathering fetch
+does). Tansu answers when the fetch's `max_wait_ms` runs out with what it gathered by then,
+and once the cost passes the wait that is nothing: no error, the right high watermark, an
+empty record set. aiokafka then asks again at the same offset, for ever; Faust's stream
+stops without a word. Commands arrive one per batch, so the controller's commands partition
+reached that point after ~10,000 commands at a 5 ms wait; at the 50 ms default it comes
+after ~90,000.
 
 The rule, per consumer: an empty answer although the partition's end (high watermark, or
 last stable offset under read_committed) lay past the fetch position when the fetch was
