@@ -166,9 +166,9 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 EMBEDDED_NOTE = (
-    "[yellow]note[/] the embedded Tansu keeps the log in memory and slows as it grows: "
-    "under the default demo load it takes most of a core within 15-20 minutes and commands "
-    "answer in seconds. For a longer run: rackplane up --kafka (docs/BENCHMARKS.md)."
+    "[yellow]note[/] the embedded Tansu keeps the log in memory and its cost grows with it: "
+    "under the default demo load it took half a core or more after 7-10 minutes and ~25 MB "
+    "more memory a minute. For a longer run: rackplane up --kafka (docs/BENCHMARKS.md)."
 )
 """Said once when `up` starts the embedded broker: each fetch that brings records costs Tansu
 0.6.0 time in proportion to the record batches of the partition (docs/BENCHMARKS.md, "a

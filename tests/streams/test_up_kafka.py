@@ -42,7 +42,7 @@ def test_up_kafka_runs_the_demo_on_kafka_and_stops_it() -> None:
     summary = json.loads(done.stdout)
     assert re.fullmatch(r"kafka://127\.0\.0\.1:\d+", summary["broker"])
     assert "Kafka ready on" in done.stderr
-    assert "slows as it grows" not in " ".join(done.stderr.split())  # the embedded one's note
+    assert "its cost grows with it" not in " ".join(done.stderr.split())  # the embedded one's note
     assert summary["jobs_placed"] > 10
     assert summary["rejected"] == 0
     assert summary["command_to_event_ms_p50"] is not None
