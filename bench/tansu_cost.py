@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.batches.split(",")]
     with EmbeddedBroker() as broker:
-        out = subprocess.check_output(["pgrep", "-n", "-f", "tansu-v"], text=True)
+        port = broker.url.rsplit(":", 1)[1]  # its listener is on its command line
+        out = subprocess.check_output(["pgrep", "-f", f"tansu.*127.0.0.1:{port}"], text=True)
         rows = asyncio.run(run(broker.url, int(out.split()[0]), sizes))
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |")
