@@ -62,6 +62,14 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_seconds_of(pid: int) -> float:
+    """`_cpu_seconds` of a process that must be running (raises ProcessLookupError if not)."""
+    cpu = _cpu_seconds(pid)
+    if cpu is None:
+        raise ProcessLookupError(f"no process {pid}")
+    return cpu
+
+
 def _rate(
     stage: str, n: int, dt: float, cpu: tuple[float | None, float | None] = (None, None)
 ) -> dict[str, Any]:

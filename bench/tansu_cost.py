@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import time
@@ -23,16 +22,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.fetch import FetchRequest
 
+from bench.streams import cpu_seconds_of
 from rackplane.streams import EmbeddedBroker
 
-_TICK = os.sysconf("SC_CLK_TCK")
 TOPIC = "bench-tansu-cost"
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / _TICK
 
 
 async def _tail(consumer: AIOKafkaConsumer, stop: asyncio.Event, sent: dict[int, float],
@@ -65,20 +58,21 @@ async def run(url: str, pid: int, sizes: list[int]) -> list[dict[str, float]]:
         node = client.cluster.brokers().pop().nodeId
         total = 1
         for size in sizes:
-            n, c0 = size - total, _cpu_s(pid)
+            n, c0 = size - total, cpu_seconds_of(pid)
             while total < size:
                 await producer.send_and_wait(TOPIC, b"y" * 100, partition=0)
                 total += 1
-            row = {"batches": float(total), "produce ms": 1000 * (_cpu_s(pid) - c0) / max(n, 1)}
-            c0 = _cpu_s(pid)
+            produce = 1000 * (cpu_seconds_of(pid) - c0) / max(n, 1)
+            row = {"batches": float(total), "produce ms": produce}
+            c0 = cpu_seconds_of(pid)
             for _ in range(50):
                 await probe.end_offsets([tp])
-            row["ListOffsets ms"] = 1000 * (_cpu_s(pid) - c0) / 50
+            row["ListOffsets ms"] = 1000 * (cpu_seconds_of(pid) - c0) / 50
             idle = FetchRequest(20, 1, 1 << 20, 0, [(TOPIC, [(0, total, 1 << 20)])])
-            c0 = _cpu_s(pid)
+            c0 = cpu_seconds_of(pid)
             for _ in range(50):
                 await client.send(node, idle)
-            row["idle 20 ms fetch ms"] = 1000 * (_cpu_s(pid) - c0) / 50
+            row["idle 20 ms fetch ms"] = 1000 * (cpu_seconds_of(pid) - c0) / 50
             consumer = AIOKafkaConsumer(bootstrap_servers=boot, fetch_max_wait_ms=20)
             await consumer.start()
             consumer.assign([tp])
@@ -88,7 +82,7 @@ async def run(url: str, pid: int, sizes: list[int]) -> list[dict[str, float]]:
             latency: list[float] = []
             task = asyncio.create_task(_tail(consumer, stop, sent, latency))
             await asyncio.sleep(1.0)
-            c0 = _cpu_s(pid)
+            c0 = cpu_seconds_of(pid)
             for _ in range(200):
                 t = time.perf_counter()
                 meta = await producer.send_and_wait(TOPIC, b"z" * 100, partition=0)
@@ -96,7 +90,7 @@ async def run(url: str, pid: int, sizes: list[int]) -> list[dict[str, float]]:
                 total += 1
                 await asyncio.sleep(0.02)
             await asyncio.sleep(0.5)
-            row["tailing, per record ms"] = 1000 * (_cpu_s(pid) - c0) / 200
+            row["tailing, per record ms"] = 1000 * (cpu_seconds_of(pid) - c0) / 200
             stop.set()
             read = await task
             await consumer.stop()

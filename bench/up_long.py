@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 
 from bench.cli import _RACKPLANE, CLUSTER, _live_up, _Runs
-
-_TICK = os.sysconf("SC_CLK_TCK")
+from bench.streams import cpu_seconds_of
 
 
 def _descendants(root: int) -> dict[int, str]:
@@ -50,11 +49,6 @@ def _descendants(root: int) -> dict[int, str]:
     return out
 
 
-def _cpu_s(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / _TICK
-
-
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -80,12 +74,12 @@ def main(argv: list[str] | None = None) -> None:
               "| load 1m | status s | submit --no-wait s |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")
         t0 = time.monotonic()
-        last = (t0, _cpu_s(broker_pid), _cpu_s(worker_pid))
+        last = (t0, cpu_seconds_of(broker_pid), cpu_seconds_of(worker_pid))
         n = 0
         while time.monotonic() - t0 < args.minutes * 60:
             time.sleep(max(0.0, t0 + (n + 1) * args.every - time.monotonic()))
             n += 1
-            now, b, w = time.monotonic(), _cpu_s(broker_pid), _cpu_s(worker_pid)
+            now, b, w = time.monotonic(), cpu_seconds_of(broker_pid), cpu_seconds_of(worker_pid)
             span = now - last[0]
             share_b, share_w = (b - last[1]) / span, (w - last[2]) / span
             last = (now, b, w)
