@@ -115,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         "`make bench-kafka` starts an Apache Kafka for them) instead of an embedded Tansu",
     )
     parser.add_argument(
+        "--up",
+        choices=("tansu", "kafka"),
+        default="tansu",
+        help="the broker the cli benchmark's `rackplane up` starts (--tansu or --kafka)",
+    )
+    parser.add_argument(
         "--only",
         choices=[
             "placement",
@@ -208,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
 
             results["signatures"] = signatures.run(2_000 if args.quick else 20_000, say)
             results["signed_log"] = signatures.log_run(2_000 if args.quick else 20_000, say)
-        if args.only in (None, "cli"):  # starts its own `rackplane up` (embedded Tansu)
+        if args.only in (None, "cli"):  # starts its own `rackplane up` (`--up`)
             from bench import cli
 
-            results["cli"] = cli.run_all(say, runs=2 if args.quick else 5)
+            results["cli"] = cli.run_all(say, runs=2 if args.quick else 5, up=args.up)
         if args.only == "kube":  # needs the test control plane: `make bench-k8s`
             import asyncio
 
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         ("rebuild", f"Rebuild of a partition after a restart ({broker_name})"),
         ("signatures", "Signed commands: the controller's check, a sender's signing"),
         ("signed_log", "Signed log: signing each event, checking it, a rebuild's fold"),
-        ("cli", "CLI commands, whole processes, on a live 128-rack rackplane up (s)"),
+        ("cli", f"CLI commands, whole processes, on a live 128-rack rackplane up --{args.up} (s)"),
         ("kube", "rackplane kube on a real kube-apiserver (kwok nodes)"),
         ("kube_plan", "rackplane kube: one plan of the pure cycle (no server)"),
         ("slurm", "Slurm 22.05 alone (--switches) and rackplane slurm: one job trace each"),

@@ -2,14 +2,14 @@
 
     python -m bench.answer [--submits 20] [--gap 1.5]
 
-Starts `rackplane up --headless` on the 128-rack example (the embedded broker, the demo load
-on: `bench.cli._live_up`), then sends `--submits` `SubmitJob`s over one client connection,
+Starts `rackplane up --headless --tansu` on the 128-rack example (the embedded broker, the demo
+load on: `bench.cli._live_up`), then sends `--submits` `SubmitJob`s over one client connection,
 `--gap` seconds apart, each waiting for its direct events (`submit --no-wait`'s wait). Per
-submit: the whole answer (sent -> its event read back), split at the event's `at` (the
-worker's clock when it decided; one machine, one clock) into *decided* (the produce, the
-worker's fetch, its queue, the decision) and *read back*. No Python start or import is in
-these figures: `bench.cli` and `bench.cli_ab` time whole commands. Results: docs/BENCHMARKS.md,
-"Why every other command waited half a second".
+submit: the whole answer (sent -> its event read back), split at the event's `at` (the worker's
+clock when it decided; one machine, one clock) into *decided* (the produce, the worker's fetch,
+its queue, the decision) and *read back*. No Python start or import is in these figures:
+`bench.cli` and `bench.cli_ab` time whole commands. Results: docs/BENCHMARKS.md, "Why every
+other command waited half a second".
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """What an operator waits for: whole `rackplane` commands on a live `rackplane up`.
 
-Starts `rackplane up --headless` on the 128-rack example cluster (an embedded Tansu, a worker
-and the demo load placing and finishing jobs), waits until the cluster is registered and runs
-jobs, then runs each command `runs` times as its own process, the way an operator types it:
-the live reads (`status`, `jobs`, `job`, `racks`, `rack`) and `submit` of a 16-node job,
-`--no-wait` (the events the command caused directly) and with the chain (until it has been
-quiet for `SETTLE_S`). Each is timed from the process's start to its exit, imports included,
-with the CPU seconds the process used (user + sys: other work on the machine lengthens the
-wall time far more than it); `rackplane submit --help` alone is timed too (a fresh interpreter
-each run: what a submit costs before it talks to the broker). The 1-minute load average is
-read before each command.
+Starts `rackplane up --headless --tansu` (or `--kafka`) on the 128-rack example cluster (the
+broker, a worker and the demo load placing and finishing jobs), waits until the cluster is
+registered and runs jobs, then runs each command `runs` times as its own process, the way an
+operator types it: the live reads (`status`, `jobs`, `job`, `racks`, `rack`) and `submit` of a
+16-node job, `--no-wait` (the events the command caused directly) and with the chain (until it
+has been quiet for `SETTLE_S`). Each is timed from the process's start to its exit, imports
+included, with the CPU seconds the process used (user + sys: other work on the machine
+lengthens the wall time far more than it); `rackplane submit --help` alone is timed too (a
+fresh interpreter each run: what a submit costs before it talks to the broker). The 1-minute
+load average is read before each command.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ READY_S = 120.0
 
 @contextlib.contextmanager
 def _live_up(
-    say: Progress, extra: tuple[str, ...] = (), started: list[int] | None = None
+    say: Progress, extra: tuple[str, ...] = ("--tansu",), started: list[int] | None = None
 ) -> Iterator[str]:
-    """A `rackplane up --headless *extra` in its own process group for the block; yields its
-    broker (and appends up's PID, its process group, to `started` when given)."""
+    """A `rackplane up --headless *extra` (by default on the embedded Tansu) in its own process
+    group for the block; yields its broker (and appends up's PID, its process group, to
+    `started` when given)."""
     with tempfile.TemporaryDirectory(prefix="rackplane-bench-cli-") as tmp:
         log = Path(tmp) / "up.log"
         with log.open("w") as out:  # a file, not a pipe: nobody reads up's output meanwhile
@@ -131,15 +132,16 @@ class _Runs:
         }
 
 
-def run_all(say: Progress, *, runs: int = 5) -> list[dict[str, Any]]:
-    """Rows of the whole commands' times on a live 128-rack cluster."""
+def run_all(say: Progress, *, runs: int = 5, up: str = "tansu") -> list[dict[str, Any]]:
+    """Rows of the whole commands' times on a live 128-rack cluster, on the broker `up`
+    (`tansu` or `kafka`) that `rackplane up` starts."""
     rows = []
     say("cli: rackplane submit --help")
     imports = _Runs()
     for _ in range(runs):
         imports.time([*_RACKPLANE, "submit", "--help"])
     rows.append(imports.row("submit --help (start-up, no broker)", None))
-    with _live_up(say) as broker:
+    with _live_up(say, (f"--{up}",)) as broker:
         at = ["--broker", broker]
         jobs = json.loads(_rackplane("jobs", "--cluster", CLUSTER, *at, "--json").stdout)
         job = next(j["job"] for j in jobs if j["status"] == "running")

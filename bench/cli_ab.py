@@ -2,11 +2,11 @@
 
     python -m bench.cli_ab OTHER_CHECKOUT [--runs 10]
 
-Starts `rackplane up --headless` of the 128-rack example from this checkout (as `bench.cli`
-does), then runs `submit --no-wait`, `status`, `jobs`, `racks` and `rack` from this checkout
-and from OTHER_CHECKOUT (e.g. a `git worktree add --detach /tmp/old COMMIT`) by turns, the
-order swapped every round, each command a fresh process with its checkout first on the path.
-Alternating matters on a machine whose speed moves from one hour to the next, and because
+Starts `rackplane up --headless --tansu` of the 128-rack example from this checkout (as
+`bench.cli` does), then runs `submit --no-wait`, `status`, `jobs`, `racks` and `rack` from this
+checkout and from OTHER_CHECKOUT (e.g. a `git worktree add --detach /tmp/old COMMIT`) by turns,
+the order swapped every round, each command a fresh process with its checkout first on the
+path. Alternating matters on a machine whose speed moves from one hour to the next, and because
 every command gets slower as `up`'s log grows. Prints one JSON row per checkout and command
 (wall and CPU medians, every wall time). Figures: docs/BENCHMARKS.md, "CLI commands, what a
 client command imports".

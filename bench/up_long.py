@@ -1,14 +1,14 @@
-"""A long-running `rackplane up`: what the broker, the worker and an operator's commands cost
-as the demo's log grows (issues 20 and 21).
+"""A long-running `rackplane up`: what the broker, the worker and an operator's commands cost as
+the demo's log grows (issues 20 and 21).
 
     python -m bench.up_long [--broker tansu|kafka] [--minutes 12] [--every 48]
 
-Starts `rackplane up --headless` on the 128-rack example (`--kafka` for `--broker kafka`: a
-local Apache Kafka, Java 17+), waits until its cluster runs jobs, then every `--every`
-seconds for `--minutes`: the share of a core the broker process and the worker used since the
-last sample (from /proc), the broker's resident memory, the 1-minute load, and one `rackplane
-status` and one `submit --no-wait` timed as fresh processes. Prints one markdown row a sample.
-Figures: docs/BENCHMARKS.md, "A long-running up".
+Starts `rackplane up --headless --tansu` on the 128-rack example (`--kafka` for `--broker
+kafka`: a local Apache Kafka, Java 17+), waits until its cluster runs jobs, then every
+`--every` seconds for `--minutes`: the share of a core the broker process and the worker used
+since the last sample (from /proc), the broker's resident memory, the 1-minute load, and one
+`rackplane status` and one `submit --no-wait` timed as fresh processes. Prints one markdown row
+a sample. Figures: docs/BENCHMARKS.md, "A long-running up".
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, default=12.0)
     parser.add_argument("--every", type=float, default=48.0)
     args = parser.parse_args(argv)
-    extra = ("--kafka",) if args.broker == "kafka" else ()
+    extra = (f"--{args.broker}",)
     started: list[int] = []
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     with _live_up(say, extra, started) as broker:

@@ -1,9 +1,12 @@
 """`rackplane up`: broker, worker and a demo load, with live progress, until Ctrl-C.
 
-The broker is the embedded Tansu unless `--broker` names one or `--kafka` asks for a local
-Apache Kafka 4.1.1 (`rackplane.streams.kafka_local`: Java 17+, jars fetched once by Maven).
-Whatever `up` starts it stops, by PID, on the way out (Ctrl-C, SIGTERM, the end of
-`--duration`, or an error).
+The broker: `--broker` names one; otherwise `up` starts one. By default that is a local
+Apache Kafka 4.1.1 (`rackplane.streams.kafka_local`) when Java 17+ is on PATH and its jars are
+cached or Maven can fetch them (once), else the embedded Tansu, and `up` says why; `--kafka`
+insists on Kafka (an error if it cannot), `--tansu` on Tansu. Why Kafka first: Tansu 0.6.0's
+cost per fetch grows with its log, so a demo left running slows down (docs/BENCHMARKS.md, "Issue
+21: the broker `up` starts"). Whatever `up` starts it stops, by PID, on the way out (Ctrl-C,
+SIGTERM, the end of `--duration`, or an error).
 """
 
 from __future__ import annotations
@@ -34,19 +37,20 @@ def register(app: typer.Typer) -> None:
 
 def up(
     broker: Annotated[
-        str | None, typer.Option(help="kafka://host:port; default: start the embedded broker.")
+        str | None, typer.Option(help="kafka://host:port; default: start a broker (below).")
     ] = None,
     kafka: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--kafka",
-            help="Start a local Apache Kafka 4.1.1 (KRaft, 127.0.0.1) instead of the embedded "
-            "Tansu: needs Java 17+ on PATH and, the first time, Maven (`mvn`), which fetches "
-            "its jars (~56 MB) once into ~/.cache/rackplane/kafka-4.1.1. A lower median "
-            "command latency, a log whose fetch cost does not grow (docs/BENCHMARKS.md, issue "
-            "21); starts in 11-18 s instead of 0.1 s, ~0.5 GB of memory.",
+            "--kafka/--tansu",
+            help="The broker `up` starts: a local Apache Kafka 4.1.1 (KRaft, 127.0.0.1; Java "
+            "17+ on PATH and, the first time, Maven (`mvn`), which fetches its jars (~56 MB) "
+            "once into ~/.cache/rackplane/kafka-4.1.1), or the embedded Tansu (ready at once, "
+            "but each fetch costs more as its log grows). Default: Kafka when it can be "
+            "started, else Tansu (docs/BENCHMARKS.md, issue 21).",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     cluster: Annotated[Path, typer.Option(help="Cluster file of the demo.")] = DEFAULT_CLUSTER,
     headless: Annotated[bool, typer.Option(help="No live view (for scripts and CI).")] = False,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
@@ -61,17 +65,19 @@ def up(
         Path | None, typer.Option(help="Record the demo's history into this DuckDB file.")
     ] = None,
 ) -> None:
-    """Start the embedded broker (unless --broker or --kafka), a worker and the demo load; on a
-    terminal, open the operator console on it (quitting the console stops everything)."""
+    """Start a broker (unless --broker names one), a worker and the demo load; on a terminal,
+    open the operator console on it (quitting the console stops everything)."""
     from rackplane.cli._config import quiet_library_logs
     from rackplane.importers import TopologyFileError, load_cluster_file
     from rackplane.streams import EmbeddedBroker, EmbeddedBrokerError
     from rackplane.streams.config import StreamConfig, bootstrap_of
     from rackplane.streams.demo_load import LoadSettings
+    from rackplane.streams.kafka_fetch import kafka_unavailable
     from rackplane.streams.process import WorkerError, WorkerProcess
 
-    if broker is not None and kafka:
-        fail("--broker and --kafka: pass one (--kafka starts a local Kafka, --broker names one)")
+    if broker is not None and kafka is not None:
+        flag = "--kafka" if kafka else "--tansu"
+        fail(f"--broker and {flag}: pass one ({flag} starts a broker, --broker names one)")
     if broker is not None:
         try:
             bootstrap_of(broker)
@@ -96,15 +102,19 @@ def up(
     # Until the load runs (it handles signals itself), SIGTERM unwinds like Ctrl-C: whatever
     # was started (brokers lead their own process groups, out of the terminal's reach) stops.
     signal.signal(signal.SIGTERM, _terminated)
+    why_not_kafka = kafka_unavailable() if broker is None and kafka is None else None
     workdir = Path(tempfile.mkdtemp(prefix="rackplane-up-"))
     embedded = None
     local_kafka = None
     worker = None
     try:
-        if kafka:
-            local_kafka = _start_kafka(workdir)
-            broker = local_kafka.url
-        elif broker is None:
+        if broker is None and kafka is not False and why_not_kafka is None:
+            local_kafka = _start_kafka(workdir, insist=kafka is True)
+            if local_kafka is None:  # the default, and Kafka did not start: said why
+                why_not_kafka = "Apache Kafka did not start (above)"
+            else:
+                broker = local_kafka.url
+        if broker is None:
             try:
                 embedded = EmbeddedBroker(log_path=workdir / "broker.log").start()
             except EmbeddedBrokerError as err:
@@ -119,7 +129,7 @@ def up(
         say = errors.print
         say(f"[green]broker[/] {broker}")
         if embedded is not None:
-            say(EMBEDDED_NOTE, highlight=False)
+            say(embedded_note(why_not_kafka), highlight=False)
         from aiokafka.errors import KafkaError
 
         from rackplane.streams.topics import TopicsError, ensure_topics
@@ -165,26 +175,39 @@ def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-EMBEDDED_NOTE = (
-    "[yellow]note[/] the embedded Tansu keeps the log in memory and its cost grows with it: "
-    "under the default demo load it took half a core or more after 7-10 minutes and ~25 MB "
-    "more memory a minute. For a longer run: rackplane up --kafka (docs/BENCHMARKS.md)."
-)
-"""Said once when `up` starts the embedded broker: each fetch that brings records costs Tansu
-0.6.0 time in proportion to the record batches of the partition (docs/BENCHMARKS.md, "a
-long-running up"), and nothing in the protocol (no DeleteRecords, no retention) lets `up`
-shorten the log."""
+def embedded_note(why_not_kafka: str | None) -> str:
+    """Said once when `up` starts the embedded broker (`why_not_kafka`: why not Kafka, when
+    `up` chose, None after `--tansu`): each fetch that brings records costs Tansu 0.6.0 time in
+    proportion to the record batches of the partition (docs/BENCHMARKS.md, "a long-running
+    up"), and nothing in the protocol (no DeleteRecords, no retention) lets `up` shorten the
+    log."""
+    cost = (
+        "the embedded Tansu keeps the log in memory and its cost grows with it: under the "
+        "default demo load it took half a core or more after 7-10 minutes and ~25 MB more "
+        "memory a minute."
+    )
+    if why_not_kafka is None:
+        return (
+            f"[yellow]note[/] {cost} For a longer run: rackplane up --kafka (docs/BENCHMARKS.md)."
+        )
+    return (
+        f"[yellow]note[/] {cost} `up` starts Apache Kafka instead when it can; not here: "
+        f"{why_not_kafka}."
+    )
 
 
-def _start_kafka(workdir: Path) -> Any:
-    """Java checked, the jars fetched (once, with progress), Kafka started in `workdir`; on
-    failure one line (the details in `workdir/kafka-error.log`) and exit status 2."""
+def _start_kafka(workdir: Path, insist: bool) -> Any:
+    """Java checked, the jars fetched (once, with progress), Kafka started in `workdir`. On
+    failure one line (the details in `workdir/kafka-error.log`) and, when `insist` (`--kafka`),
+    exit status 2; else (`up` chose Kafka) None, for the embedded broker."""
     from rackplane.streams.kafka_fetch import KafkaError, fetch_jars, require_java
     from rackplane.streams.kafka_local import KafkaServer
 
     def progress(message: str) -> None:
         errors.print(f"[cyan]kafka[/] {message}", highlight=False)
 
+    if not insist:
+        progress("Java 17+ found: the broker is a local Apache Kafka (--tansu: the embedded one)")
     try:
         require_java()
         jars = fetch_jars(progress=progress)
@@ -196,9 +219,12 @@ def _start_kafka(workdir: Path) -> Any:
             details = workdir / "kafka-error.log"
             details.write_text(f"{err}\n")
             first += f" (details: {details})"
-        else:  # a refusal (no java, no mvn): nothing to look at
+        elif insist:  # a refusal (no java, no mvn): nothing to look at
             shutil.rmtree(workdir, ignore_errors=True)
-        fail(first)
+        if insist:
+            fail(first)
+        errors.print(f"[yellow]kafka[/] {first}", highlight=False)
+        return None
 
 
 def _stop_kafka(server: Any) -> None:

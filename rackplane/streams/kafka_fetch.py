@@ -121,6 +121,23 @@ def require_java(java: str = "java") -> str:
     return path
 
 
+def kafka_unavailable(cache_dir: Path | None = None, java: str = "java") -> str | None:
+    """Why a local Kafka cannot be started here (one line), or None when it can: Java 17+ on
+    PATH, and the jars in `cache_dir` (default: `default_cache_dir()`) or Maven to fetch them.
+    What `rackplane up` asks before it chooses its broker; it fetches nothing."""
+    try:
+        require_java(java)
+    except KafkaError as err:
+        return str(err)
+    target = (cache_dir or default_cache_dir()).expanduser()
+    if jars_are_complete(target) or shutil.which("mvn") is not None:
+        return None
+    return (
+        f"Maven (`mvn`) is not on PATH and {target} lacks the Apache Kafka {KAFKA_VERSION} "
+        "jars (e.g. apt-get install maven)"
+    )
+
+
 def fetch_jars(cache_dir: Path | None = None, progress: Progress = say) -> Path:
     """Make sure the broker classpath is in `cache_dir`; download it with Maven if not.
 

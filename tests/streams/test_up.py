@@ -1,4 +1,5 @@
-"""`rackplane up --headless --duration S --json`: the whole demo, and nothing left running."""
+"""`rackplane up --tansu --headless --duration S --json`: the whole demo on the embedded broker,
+and nothing left running."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ EXPECTED = {
 
 def test_up_runs_the_demo_headless_prints_a_summary_and_stops_everything(tmp_path: Path) -> None:
     db = tmp_path / "demo.duckdb"
-    argv = ["up", "--headless", "--duration", "25", "--json", "--db", str(db)]
+    argv = ["up", "--tansu", "--headless", "--duration", "25", "--json", "--db", str(db)]
     done = subprocess.run(
         [sys.executable, "-m", "rackplane", *argv],
         capture_output=True,
@@ -43,10 +44,12 @@ def test_up_runs_the_demo_headless_prints_a_summary_and_stops_everything(tmp_pat
     assert summary["slices_rack_local_fraction"] == 1.0
     assert summary["rejected"] == 0
     assert summary["command_to_event_ms_p50"] is not None
-    # On the embedded broker, said once: it slows as its log grows, and what to run instead.
+    # On the embedded broker, said once: it slows as its log grows, and what to run instead
+    # (`--tansu` chose it, so no reason why not Kafka).
     said = " ".join(done.stderr.split())
     assert said.count("its cost grows with it") == 1
     assert "For a longer run: rackplane up --kafka" in said
+    assert "not here" not in said and "Java 17+ found" not in said
     # Nothing left running: neither the worker (its data dir) nor the broker (its port).
     workdir = re.search(r"logs in (\S+)", done.stderr)
     assert workdir is not None

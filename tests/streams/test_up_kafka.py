@@ -1,7 +1,7 @@
-"""`rackplane up --kafka`: the demo on a local Apache Kafka 4.1.1 that `up` starts (Java 17+,
-jars from the Maven cache), and nothing of it left running afterwards, after the end of
-`--duration` or a SIGTERM while Kafka starts. In the Kafka tier (`make test-kafka`, which
-fetches the jars first); CI has Java and Maven."""
+"""`rackplane up` and `up --kafka`: the demo on a local Apache Kafka 4.1.1 that `up` starts
+(Java 17+, jars from the Maven cache; by default when it can), and nothing of it left running
+afterwards, after the end of `--duration` or a SIGTERM while Kafka starts. In the Kafka tier
+(`make test-kafka`, which fetches the jars first); CI has Java and Maven."""
 
 from __future__ import annotations
 
@@ -34,13 +34,16 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def test_up_kafka_runs_the_demo_on_kafka_and_stops_it() -> None:
+def test_up_runs_the_demo_on_kafka_by_default_when_java_is_here_and_stops_it() -> None:
+    """No `--kafka`: Java 17+ is on PATH and the tier fetched the jars, so `up` chooses Kafka."""
     done = subprocess.run(
-        [*UP, "--duration", "20", "--json"], capture_output=True, text=True, timeout=300
-    )
+        [sys.executable, "-m", "rackplane", "up", "--headless", "--duration", "20", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert re.fullmatch(r"kafka://127\.0\.0\.1:\d+", summary["broker"])
+    assert "Java 17+ found: the broker is a local Apache Kafka" in done.stderr
     assert "Kafka ready on" in done.stderr
     assert "its cost grows with it" not in " ".join(done.stderr.split())  # the embedded one's note
     assert summary["jobs_placed"] > 10
