@@ -19,8 +19,9 @@ The rules (the tree is `rackplane/models/queues.py`):
    Reclaim takes only borrowing jobs, and only while their queue is above its nominal.
 
 Jobs without a queue (submitted before queues were set) are outside the quota rules.
-Cost: building a `QueueBook` is O(queues + jobs of the state); a share or an admission is
-O(depth); `kept_back` is O(queues), recomputed after each placement of a cycle.
+Cost: building a `QueueBook` is O(queues + jobs of the state); a share, an admission or a
+`limit_room` is O(depth) (the last two cached until a placement); `kept_back` is O(queues),
+recomputed after each placement of a cycle.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class QueueBook:
     _kept: dict[str, int] | None = field(default=None)
     _keys: dict[str, tuple[tuple[float, str], ...]] = field(default_factory=dict)
     _kept_for: dict[str, int] = field(default_factory=dict)
+    _rooms: dict[str, int | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: ClusterState, at: datetime | None = None) -> QueueBook | None:
@@ -125,6 +127,20 @@ class QueueBook:
                 )
         return None
 
+    def limit_room(self, queue: str) -> int | None:
+        """The most nodes `over_limit` lets the leaf take now (may be negative); None when no
+        queue on its path has a borrowing limit. A job of more nodes is refused."""
+        if queue in self._rooms:
+            return self._rooms[queue]
+        room: int | None = None
+        for x in self.path(queue):
+            limit = self.specs[x].borrowing_limit
+            if limit is not None:
+                left = self.nominal[x] + limit - self.held[x]
+                room = left if room is None else min(room, left)
+        self._rooms[queue] = room
+        return room
+
     def guaranteed(self, queue: str, nodes: int) -> bool:
         """True when `nodes` more keep the leaf within its nominal (rule 3)."""
         return self.held[queue] + nodes <= self.nominal[queue]
@@ -169,12 +185,24 @@ class QueueBook:
             )
         return None
 
+    def refuses(self, queue: str, nodes: int, free: Callable[[], int]) -> bool:
+        """`admit(...) is not None` without its explanation (nor the cost of writing one);
+        `free` is asked exactly when `admit` would ask it."""
+        room = self.limit_room(queue)
+        if room is not None and nodes > room:
+            return True
+        if self.guaranteed(queue, nodes):
+            return False
+        kept = self.kept_back(queue)
+        return bool(kept) and nodes > free() - kept
+
     def commit(self, queue: str, nodes: int) -> None:
         """Count a placement made in this cycle."""
         for x in self.path(queue):
             self.held[x] += nodes
         self._kept = None
         self._keys.clear()
+        self._rooms.clear()
 
     def over_nominal(self, queue: str) -> int:
         """Nodes the queue holds above its nominal (0 when within it)."""

@@ -103,8 +103,10 @@ class TopologyAwareScheduler:
         return schedule(state, self.name)
 
 
-def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
-    """One scheduling cycle over the queue; returns PlaceJob and BlockJob proposals."""
+def schedule(state: ClusterState, policy: str = "tas", *, pass_over: bool = True) -> list[Command]:
+    """One scheduling cycle over the queue; returns PlaceJob and BlockJob proposals.
+    `pass_over=False` offers every queued job, even those `FairLine` may pass over: the same
+    proposals, slower (for the tests that say so)."""
     if not state.any_queued():
         return []  # nothing to place or block: skip building the cycle's capacities
     out = Proposals(policy, state)
@@ -113,7 +115,7 @@ def schedule(state: ClusterState, policy: str = "tas") -> list[Command]:
     reserved = dict(state.reservations)
     head_held: set[RackId] = set()
     verdicts: dict[tuple[int, ...], Unplaceable] = {}
-    line = FairLine(state, QueueBook.of(state))
+    line = FairLine(state, QueueBook.of(state), capacity if pass_over else None)
     line.out = out
     backfill: Capacity | None = None  # the cycle's capacity without the head's hold
     shadow: datetime | None = None  # when the head could start on the held racks
@@ -215,10 +217,15 @@ class FairLine:
     first, then by fair share (module docstring, step 2). Iterate it once; tell it of each
     placement (`placed`) so the placed job's queue waits its turn again.
 
-    Cost: O(jobs log jobs) to sort, O(log queues x depth) per job offered."""
+    Cost: O(jobs log jobs) to sort, O(log queues x depth) per job offered; a job blocked for
+    quota that its queue refuses again is passed over (O(depth), nothing built), not offered."""
 
-    def __init__(self, state: ClusterState, book: QueueBook | None) -> None:
+    def __init__(
+        self, state: ClusterState, book: QueueBook | None, capacity: Capacity | None = None
+    ) -> None:
         self.book = book
+        self.capacity = capacity
+        """The cycle's capacity: without it no job is passed over (`__iter__`)."""
         self.out: Proposals | None = None
         queued = state.queued()
         self.free: int | None = None
@@ -250,11 +257,30 @@ class FairLine:
             if fresh != key:  # its share rose since it was pushed (shares only rise in a cycle)
                 heapq.heappush(heap, (fresh, q))
                 continue
-            at = offered.get(q, 0)
+            jobs, at = lines[q], offered.get(q, 0)
+            # Jobs blocked for quota that the queue refuses again are passed over here: offered
+            # one by one, each would come next (a refusal does not move the queue's key) and be
+            # refused with nothing to say.
+            while at < len(jobs) and self._refused_again(q, jobs[at]):
+                at += 1
+            if at == len(jobs):
+                offered[q] = at
+                continue
             offered[q] = at + 1
-            yield lines[q][at]
-            if at + 1 < len(lines[q]):
+            yield jobs[at]
+            if at + 1 < len(jobs):
                 heapq.heappush(heap, (book.rank_key(q), q))
+
+    def _refused_again(self, queue: str, job: JobState) -> bool:
+        """True for a job blocked for quota already that its queue refuses now (as `refused`
+        would, asking for the free count exactly when it would, but saying nothing)."""
+        blocked, book, capacity = job.blocked, self.book, self.capacity
+        if blocked is None or blocked.reason != "quota" or book is None or capacity is None:
+            return False
+        if not book.refuses(queue, job.spec.nodes, lambda: self._free(capacity)):
+            return False
+        self._free(capacity)  # counted, as a refusal's block counts it (a later count differs)
+        return True
 
     def refused(self, job: JobState, capacity: Capacity) -> bool:
         """Block `job` for quota (and say so) when its queue may not take it now."""

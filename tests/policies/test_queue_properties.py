@@ -38,6 +38,7 @@ from rackplane.models import (
 )
 from rackplane.policies import QueueBook, preset
 from rackplane.policies.quotas import borrowing_jobs
+from rackplane.policies.tas import schedule
 from rackplane.projections import ClusterState, fold, initial_state
 from tests.builders import CLUSTER, Clock, cmd, finish_command, job, rack, topology
 from tests.invariants import check_invariants
@@ -112,6 +113,9 @@ class Watch:
     def __call__(self, event: Event) -> None:
         before, after = self.before, self.engine.state
         check_invariants(after, [event])
+        # Passing over the jobs blocked for quota that their queue refuses again changes no
+        # proposal of a scheduling cycle.
+        assert schedule(after) == schedule(after, pass_over=False)
         if isinstance(event, DefragPlanned) and event.cause == "reclaim":
             book = QueueBook.of(before)
             assert book is not None

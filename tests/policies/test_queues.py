@@ -37,6 +37,8 @@ from rackplane.models import (
     SubmitJob,
 )
 from rackplane.policies import QueueBook, preset
+from rackplane.policies.placement import Capacity
+from rackplane.policies.tas import FairLine, schedule
 from rackplane.projections import QueueUsage
 from rackplane.projections.snapshot import decode_state, encode_state
 from tests.builders import CLUSTER, T0, Clock, cmd, job, rack, topology
@@ -206,6 +208,31 @@ def test_a_queue_borrows_unused_quota_up_to_its_borrowing_limit_then_blocks_for_
     assert blocked.standing is not None
     assert (blocked.standing.queue, blocked.standing.position) == ("pretrain", 1)
     assert (blocked.standing.nodes_held, blocked.standing.nominal_nodes) == (48, 32)
+
+
+def test_a_cycle_passes_over_jobs_their_queue_refuses_again_and_proposes_the_same() -> None:
+    c = Cluster(tree(pretrain={"borrowing_limit": 16}))
+    for j in ("p1", "p2", "p3"):
+        c.submit(j, "pretrain")
+    c.submit("p4", "pretrain")  # blocked for quota
+    c.submit("p5", "pretrain", nodes=8)  # so is 8 more: 56 > 48
+    c.submit("p6", "pretrain", nodes=32, slice_size=16)
+    state = c.engine.state
+    assert [state.jobs[j].blocked.reason for j in ("p4", "p5", "p6")] == ["quota"] * 3  # type: ignore[union-attr]
+    c.submit("i1", "infer", nodes=8)  # room for no other job
+
+    def offered(capacity: Capacity | None) -> list[str]:
+        line = FairLine(state, QueueBook.of(state), capacity)
+        seen = []
+        for queued in line:
+            seen.append(queued.id)
+            assert line.refused(queued, Capacity(state))
+        return seen
+
+    state = c.engine.state
+    assert offered(None) == ["p4", "p5", "p6"]
+    assert offered(Capacity(state)) == []  # refused again, each for the limit: passed over
+    assert schedule(state) == schedule(state, pass_over=False)
 
 
 def test_an_orgs_borrowing_limit_caps_all_its_teams_together() -> None:
