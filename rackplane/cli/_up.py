@@ -102,12 +102,12 @@ def up(
     # Until the load runs (it handles signals itself), SIGTERM unwinds like Ctrl-C: whatever
     # was started (brokers lead their own process groups, out of the terminal's reach) stops.
     signal.signal(signal.SIGTERM, _terminated)
-    why_not_kafka = kafka_unavailable() if broker is None and kafka is None else None
     workdir = Path(tempfile.mkdtemp(prefix="rackplane-up-"))
     embedded = None
     local_kafka = None
     worker = None
     try:
+        why_not_kafka = kafka_unavailable() if broker is None and kafka is None else None
         if broker is None and kafka is not False and why_not_kafka is None:
             local_kafka = _start_kafka(workdir, insist=kafka is True)
             if local_kafka is None:  # the default, and Kafka did not start: said why
