@@ -247,11 +247,13 @@ def plan_priority(
         ),
         key=lambda v: (v.spec.priority, -v.order),
     )
-    others = {r for r, j in state.reservations.items() if j != job.id}
-    base = Capacity(state).without(kept_nodes(state, job, now))
     need = book.held[queue] + job.spec.nodes - book.nominal[queue]
     # Nodes each holds (`len(v.nodes)`), counted once: `fits` sums them for every prefix.
     holds = {v.id: sum(len(s.nodes) for s in v.slices) for v in pool}
+    if sum(holds.values()) < need:
+        return None  # no prefix of the pool frees enough: skip building the capacity
+    others = {r for r, j in state.reservations.items() if j != job.id}
+    base = Capacity(state).without(kept_nodes(state, job, now))
 
     def fits(victims: Sequence[JobState]) -> Placement | None:
         if sum(holds[v.id] for v in victims) < need:
