@@ -196,6 +196,12 @@ def embedded_note(why_not_kafka: str | None) -> str:
     )
 
 
+CHOSEN_FETCH_TIMEOUT_S = 180.0
+"""How long the first fetch of Kafka's jars may take when `up` chose Kafka itself (the Tansu
+after it); with `--kafka`, `kafka_fetch.FETCH_TIMEOUT_S` (15 minutes). A first fetch took 49 s
+on this project's machine (docs/OPERATIONS.md)."""
+
+
 def _start_kafka(workdir: Path, insist: bool) -> Any:
     """Java checked, the jars fetched (once, with progress), Kafka started in `workdir`. On
     failure one line (the details in `workdir/kafka-error.log`) and, when `insist` (`--kafka`),
@@ -210,7 +216,10 @@ def _start_kafka(workdir: Path, insist: bool) -> Any:
         progress("Java 17+ found: the broker is a local Apache Kafka (--tansu: the embedded one)")
     try:
         require_java()
-        jars = fetch_jars(progress=progress)
+        if insist:
+            jars = fetch_jars(progress=progress)
+        else:  # a fetch that hangs (no network) must not hold `up` for long
+            jars = fetch_jars(progress=progress, timeout=CHOSEN_FETCH_TIMEOUT_S)
         progress("starting Apache Kafka 4.1.1 (KRaft, one node) ...")
         return KafkaServer(jars, sasl=False, parent=workdir, progress=progress).start()
     except KafkaError as err:

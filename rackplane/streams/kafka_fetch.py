@@ -138,13 +138,16 @@ def kafka_unavailable(cache_dir: Path | None = None, java: str = "java") -> str 
     )
 
 
-def fetch_jars(cache_dir: Path | None = None, progress: Progress = say) -> Path:
+def fetch_jars(
+    cache_dir: Path | None = None, progress: Progress = say, timeout: float = FETCH_TIMEOUT_S
+) -> Path:
     """Make sure the broker classpath is in `cache_dir`; download it with Maven if not.
 
     Args:
         cache_dir: Where the jars live (default: `default_cache_dir()`).
         progress: Told what happens, a line at a time: the start, what Maven downloaded so
             far (every few seconds) and the end.
+        timeout: Seconds Maven may take; it is killed after them (an error).
 
     Returns:
         The directory holding the jars.
@@ -169,7 +172,9 @@ def fetch_jars(cache_dir: Path | None = None, progress: Progress = say) -> Path:
     try:
         command = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies",
                    "-DincludeScope=runtime", f"-DoutputDirectory={staging}"]  # fmt: skip
-        code, output = _run_maven(command, started, progress)
+        code, output = _run_maven(command, started, progress, timeout)
+        if code == -9 and time.monotonic() - started >= timeout:
+            raise KafkaError(f"Maven did not fetch the Kafka jars within {timeout:.0f} s\n{output}")
         if code != 0:
             raise KafkaError(f"Maven failed to fetch the Kafka jars (exit {code})\n{output}")
         if not jars_are_complete(staging):
@@ -184,9 +189,11 @@ def fetch_jars(cache_dir: Path | None = None, progress: Progress = say) -> Path:
     return target
 
 
-def _run_maven(command: list[str], started: float, progress: Progress) -> tuple[int, str]:
+def _run_maven(
+    command: list[str], started: float, progress: Progress, timeout: float = FETCH_TIMEOUT_S
+) -> tuple[int, str]:
     """Run Maven, telling `progress` what it downloaded every few seconds; return its exit
-    status and the tail of its output. Killed after `FETCH_TIMEOUT_S` (status -9)."""
+    status and the tail of its output. Killed after `timeout` seconds (status -9)."""
     process = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
@@ -195,7 +202,7 @@ def _run_maven(command: list[str], started: float, progress: Progress) -> tuple[
         text=True,
         errors="replace",
     )
-    timer = threading.Timer(FETCH_TIMEOUT_S, process.kill)
+    timer = threading.Timer(timeout, process.kill)
     timer.start()
     lines: list[str] = []
     files, size, told = 0, 0.0, time.monotonic()
@@ -219,6 +226,6 @@ def _run_maven(command: list[str], started: float, progress: Progress) -> tuple[
         raise
     finally:
         timer.cancel()
-    if code == -9 and time.monotonic() - started >= FETCH_TIMEOUT_S:
-        lines.append(f"(killed after {FETCH_TIMEOUT_S:.0f} s)")
+    if code == -9 and time.monotonic() - started >= timeout:
+        lines.append(f"(killed after {timeout:.0f} s)")
     return code, "\n".join(lines)
