@@ -206,7 +206,12 @@ def _start_kafka(workdir: Path, insist: bool) -> Any:
     """Java checked, the jars fetched (once, with progress), Kafka started in `workdir`. On
     failure one line (the details in `workdir/kafka-error.log`) and, when `insist` (`--kafka`),
     exit status 2; else (`up` chose Kafka) None, for the embedded broker."""
-    from rackplane.streams.kafka_fetch import KafkaError, fetch_jars, require_java
+    from rackplane.streams.kafka_fetch import (
+        FETCH_TIMEOUT_S,
+        KafkaError,
+        fetch_jars,
+        require_java,
+    )
     from rackplane.streams.kafka_local import KafkaServer
 
     def progress(message: str) -> None:
@@ -216,10 +221,9 @@ def _start_kafka(workdir: Path, insist: bool) -> Any:
         progress("Java 17+ found: the broker is a local Apache Kafka (--tansu: the embedded one)")
     try:
         require_java()
-        if insist:
-            jars = fetch_jars(progress=progress)
-        else:  # a fetch that hangs (no network) must not hold `up` for long
-            jars = fetch_jars(progress=progress, timeout=CHOSEN_FETCH_TIMEOUT_S)
+        # Chosen by `up`, a fetch that hangs (no network) must not hold it for long.
+        limit = FETCH_TIMEOUT_S if insist else CHOSEN_FETCH_TIMEOUT_S
+        jars = fetch_jars(progress=progress, timeout=limit)
         progress("starting Apache Kafka 4.1.1 (KRaft, one node) ...")
         return KafkaServer(jars, sasl=False, parent=workdir, progress=progress).start()
     except KafkaError as err:

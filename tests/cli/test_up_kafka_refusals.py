@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_tools import fake_tool
+
 
 def _up(
     path: Path, cache: Path, *args: str, flag: str = "--kafka"
@@ -22,12 +24,6 @@ def _up(
     return subprocess.run(
         [*argv, *args], capture_output=True, text=True, timeout=120, env=env, check=False
     )
-
-
-def _tool(bin_dir: Path, name: str, script: str) -> None:
-    tool = bin_dir / name
-    tool.write_text(f"#!/bin/sh\n{script}\n")
-    tool.chmod(0o755)
 
 
 def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
@@ -53,13 +49,13 @@ def test_without_java_it_says_so(bin_dir: Path, tmp_path: Path) -> None:
 
 
 def test_an_old_java_is_refused(bin_dir: Path, tmp_path: Path) -> None:
-    _tool(bin_dir, "java", "echo 'openjdk version \"11.0.22\" 2024-01-16' >&2")
+    fake_tool(bin_dir, "java", "echo 'openjdk version \"11.0.22\" 2024-01-16' >&2")
     line = _one_line_error(_up(bin_dir, tmp_path / "cache"))
     assert "is Java 11" in line and "needs Java 17+" in line
 
 
 def test_without_maven_and_an_empty_cache_it_says_so(bin_dir: Path, tmp_path: Path) -> None:
-    _tool(bin_dir, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
+    fake_tool(bin_dir, "java", "echo 'openjdk version \"17.0.15\" 2025-04-15' >&2")
     line = _one_line_error(_up(bin_dir, tmp_path / "cache"))
     assert "Maven (`mvn`) is not on PATH" in line
     assert str(tmp_path / "cache" / "kafka-4.1.1") in line
@@ -69,8 +65,8 @@ def test_without_maven_and_an_empty_cache_it_says_so(bin_dir: Path, tmp_path: Pa
 def test_a_failed_fetch_is_one_line_with_the_details_in_a_file(
     bin_dir: Path, tmp_path: Path
 ) -> None:
-    _tool(bin_dir, "java", "echo 'openjdk version \"21.0.2\" 2024-01-16' >&2")
-    _tool(bin_dir, "mvn", "echo '[ERROR] Could not transfer artifact kafka_2.13'; exit 1")
+    fake_tool(bin_dir, "java", "echo 'openjdk version \"21.0.2\" 2024-01-16' >&2")
+    fake_tool(bin_dir, "mvn", "echo '[ERROR] Could not transfer artifact kafka_2.13'; exit 1")
     line = _one_line_error(_up(bin_dir, tmp_path / "cache"))
     assert "Maven failed to fetch the Kafka jars (exit 1)" in line
     details = Path(line.rsplit("(details: ", 1)[1].rstrip(")"))
@@ -114,8 +110,8 @@ def test_by_default_without_java_the_demo_runs_on_the_embedded_broker_and_says_w
 def test_by_default_a_failed_fetch_falls_back_to_the_embedded_broker(
     bin_dir: Path, tmp_path: Path
 ) -> None:
-    _tool(bin_dir, "java", "echo 'openjdk version \"21.0.2\" 2024-01-16' >&2")
-    _tool(bin_dir, "mvn", "echo '[ERROR] Could not transfer artifact kafka_2.13'; exit 1")
+    fake_tool(bin_dir, "java", "echo 'openjdk version \"21.0.2\" 2024-01-16' >&2")
+    fake_tool(bin_dir, "mvn", "echo '[ERROR] Could not transfer artifact kafka_2.13'; exit 1")
     said = _ran_on_tansu(_up(bin_dir, tmp_path / "cache", "--json", flag=""))
     assert "Java 17+ found: the broker is a local Apache Kafka" in said
     assert "Maven failed to fetch the Kafka jars (exit 1) (details: " in said

@@ -10,12 +10,7 @@ from pathlib import Path
 import pytest
 
 from rackplane.streams.kafka_fetch import KafkaError, fetch_jars, kafka_unavailable
-
-
-def _tool(bin_dir: Path, name: str, script: str) -> None:
-    tool = bin_dir / name
-    tool.write_text(f"#!/bin/sh\n{script}\n")
-    tool.chmod(0o755)
+from tests.fake_tools import fake_tool
 
 
 @pytest.fixture
@@ -36,13 +31,13 @@ def test_without_java_kafka_is_unavailable_and_says_why(bin_dir: Path, tmp_path:
 
 
 def test_an_old_java_makes_kafka_unavailable(bin_dir: Path, tmp_path: Path) -> None:
-    _tool(bin_dir, "java", "echo 'openjdk version \"11.0.22\" 2024-01-16' >&2")
+    fake_tool(bin_dir, "java", "echo 'openjdk version \"11.0.22\" 2024-01-16' >&2")
     why = kafka_unavailable(tmp_path / "cache")
     assert why is not None and "is Java 11" in why
 
 
 def test_java_without_jars_or_maven_makes_kafka_unavailable(bin_dir: Path, tmp_path: Path) -> None:
-    _tool(bin_dir, "java", JAVA_17)
+    fake_tool(bin_dir, "java", JAVA_17)
     why = kafka_unavailable(tmp_path / "cache")
     assert why is not None
     assert "Maven (`mvn`) is not on PATH" in why and str(tmp_path / "cache") in why
@@ -51,14 +46,14 @@ def test_java_without_jars_or_maven_makes_kafka_unavailable(bin_dir: Path, tmp_p
 def test_java_and_maven_make_kafka_available_without_fetching(
     bin_dir: Path, tmp_path: Path
 ) -> None:
-    _tool(bin_dir, "java", JAVA_17)
-    _tool(bin_dir, "mvn", f"/usr/bin/touch {tmp_path / 'mvn-ran'}")
+    fake_tool(bin_dir, "java", JAVA_17)
+    fake_tool(bin_dir, "mvn", f"/usr/bin/touch {tmp_path / 'mvn-ran'}")
     assert kafka_unavailable(tmp_path / "cache") is None
     assert not (tmp_path / "mvn-ran").exists()  # asking fetches nothing
 
 
 def test_a_fetch_past_its_timeout_is_stopped_with_the_reason(bin_dir: Path, tmp_path: Path) -> None:
-    _tool(bin_dir, "mvn", "echo 'Downloading from central: ...'; exec /bin/sleep 60")
+    fake_tool(bin_dir, "mvn", "echo 'Downloading from central: ...'; exec /bin/sleep 60")
     started = time.monotonic()
     with pytest.raises(KafkaError) as caught:
         fetch_jars(tmp_path / "cache", progress=lambda _: None, timeout=1.0)
