@@ -172,8 +172,8 @@ def fetch_jars(
     try:
         command = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies",
                    "-DincludeScope=runtime", f"-DoutputDirectory={staging}"]  # fmt: skip
-        code, output = _run_maven(command, started, progress, timeout)
-        if code == -9 and time.monotonic() - started >= timeout:
+        code, output, timed_out = _run_maven(command, started, progress, timeout)
+        if timed_out:
             raise KafkaError(f"Maven did not fetch the Kafka jars within {timeout:.0f} s\n{output}")
         if code != 0:
             raise KafkaError(f"Maven failed to fetch the Kafka jars (exit {code})\n{output}")
@@ -191,9 +191,9 @@ def fetch_jars(
 
 def _run_maven(
     command: list[str], started: float, progress: Progress, timeout: float = FETCH_TIMEOUT_S
-) -> tuple[int, str]:
+) -> tuple[int, str, bool]:
     """Run Maven, telling `progress` what it downloaded every few seconds; return its exit
-    status and the tail of its output. Killed after `timeout` seconds (status -9)."""
+    status, the tail of its output and whether it was killed after `timeout` seconds."""
     process = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
@@ -226,6 +226,7 @@ def _run_maven(
         raise
     finally:
         timer.cancel()
-    if code == -9 and time.monotonic() - started >= timeout:
+    timed_out = code == -9 and time.monotonic() - started >= timeout
+    if timed_out:
         lines.append(f"(killed after {timeout:.0f} s)")
-    return code, "\n".join(lines)
+    return code, "\n".join(lines), timed_out
