@@ -37,6 +37,7 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from rackplane.models import (
     BlockJob,
@@ -536,23 +537,55 @@ def _end(job: JobState, now: datetime) -> datetime | None:
 
 
 def _could_ever_fit(state: ClusterState, sizes: tuple[int, ...]) -> bool:
-    """True when an empty cluster would take the job (else holding racks for it is waste)."""
-    keep = state.settings.spares_per_rack
-    room = sorted((r.size - keep for r in state.racks.values()), reverse=True)
-    slots = sum(max(0, r) // sizes[0] for r in room)
-    return bool(room) and room[0] >= sizes[0] and slots >= len(sizes)
+    """True when an empty cluster would take the job (else holding racks for it is waste).
+
+    The answer depends on the racks' sizes, the spares kept and `sizes` alone: it is kept per
+    topology (a registration builds a new index and its racks together) and spares setting."""
+    index, keep = state.index, state.settings.spares_per_rack
+    memo = _EVER_FIT
+    if not memo or memo[0] is not index or memo[1] != keep:
+        room = sorted((r.size - keep for r in state.racks.values()), reverse=True)
+        memo[:] = [index, keep, room, {}]
+    answers: dict[tuple[int, ...], bool] = memo[3]
+    answer = answers.get(sizes)
+    if answer is None:
+        room = memo[2]
+        slots = sum(max(0, r) // sizes[0] for r in room)
+        answer = answers[sizes] = bool(room) and room[0] >= sizes[0] and slots >= len(sizes)
+    return answer
+
+
+_EVER_FIT: list[Any] = []
+"""[index, spares kept, room per rack (largest first), sizes -> `_could_ever_fit`]."""
 
 
 def _closest_racks(capacity: Capacity, sizes: tuple[int, ...], others: set[RackId]) -> set[RackId]:
     """The racks that will fit the job soonest: the ones with the most usable nodes now,
-    healthy racks before degraded ones (which take new slices only when no healthy one fits)."""
+    healthy racks before degraded ones (which take new slices only when no healthy one fits).
+
+    The racks ranked by (degraded, most usable, rack order), the first `len(sizes)` taken.
+    O(racks): when enough healthy racks have usable nodes, only those are ranked (any of them
+    comes before every other rack); else every rack in service is."""
     order = capacity.index.rack_order
     degraded = capacity.degraded
-    racks = sorted(
-        (r for r in capacity.usable if r not in others and capacity.state.racks[r].in_service),
-        key=lambda r: (r in degraded, -capacity.usable[r], order[r]),
+    want = len(sizes)
+    roomy = [
+        (-u, order[r], r)
+        for r, u in capacity.usable.items()
+        if u > 0 and r not in others and r not in degraded
+    ]  # usable > 0: in service (a failed rack's room stays far below zero)
+    if len(roomy) >= want:
+        return {r for _, _, r in heapq.nsmallest(want, roomy)}
+    racks = capacity.state.racks
+    ranked = heapq.nsmallest(
+        want,
+        (
+            (r in degraded, -u, order[r], r)
+            for r, u in capacity.usable.items()
+            if r not in others and racks[r].in_service
+        ),
     )
-    return set(racks[: len(sizes)])
+    return {r for _, _, _, r in ranked}
 
 
 @dataclass(frozen=True)

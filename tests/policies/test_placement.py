@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rackplane.models import (
     BlockJob,
@@ -17,14 +19,17 @@ from rackplane.models import (
     JobKind,
     PlaceJob,
     PolicySettings,
+    RackHealth,
     RegisterTopology,
     ReportNodeHealth,
+    ReportRackHealth,
     SliceAssignment,
     SubmitJob,
 )
 from rackplane.policies import Capacity, Placement, Unplaceable, find_placement, schedule
+from rackplane.policies.tas import _closest_racks, _could_ever_fit
 from rackplane.projections import ClusterState
-from tests.builders import Harness, cmd, job, rack, topology
+from tests.builders import Harness, cmd, job, rack, register, topology
 
 
 def drawn(*rows: str, spares: int = 0, pods: tuple[str, ...] = ()) -> ClusterState:
@@ -222,3 +227,46 @@ def test_interactive_and_long_jobs_never_borrow_spares() -> None:
         cmd(SubmitJob, job=job("long", 1, slice_size=1, expected_duration=timedelta(hours=12))),
     )
     assert not [c for c in schedule(h.state) if isinstance(c, PlaceJob)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    healths=st.lists(st.sampled_from("hdf"), min_size=1, max_size=12),
+    rooms=st.lists(st.integers(-3, 8), min_size=12, max_size=12),
+    others=st.sets(st.integers(0, 11), max_size=4),
+    slices=st.integers(1, 5),
+)
+def test_the_racks_a_blocked_head_holds_are_the_first_by_health_room_and_order(
+    healths: list[str], rooms: list[int], others: set[int], slices: int
+) -> None:
+    """`_closest_racks` (which ranks only racks with room when enough healthy ones have it)
+    picks what ranking every rack in service by (degraded, most usable, rack order) picks."""
+    h = Harness().given(register(*(rack(f"r{i:02d}", 8) for i in range(len(healths)))))
+    for i, health in enumerate(healths):
+        if health != "h":
+            status = RackHealth.DEGRADED if health == "d" else RackHealth.FAILED
+            h.given(cmd(ReportRackHealth, rack=f"r{i:02d}", health=status))
+    capacity = Capacity(h.state)
+    for i, room in enumerate(rooms[: len(healths)]):
+        if healths[i] != "f":  # a failed rack's room stays far below zero
+            capacity.usable[f"r{i:02d}"] = room
+    out = {f"r{i:02d}" for i in others}
+    order = capacity.index.rack_order
+    expected = sorted(
+        (r for r in capacity.usable if r not in out and h.state.racks[r].in_service),
+        key=lambda r: (r in capacity.degraded, -capacity.usable[r], order[r]),
+    )[:slices]
+    assert _closest_racks(capacity, (4,) * slices, out) == set(expected)
+
+
+def test_whether_a_job_could_ever_fit_follows_the_spares_kept() -> None:
+    """The answer is kept per topology and spares setting: a new setting asks again."""
+    h = Harness().given(register(rack("r1", 6), rack("r2", 6), spares_per_rack=0))
+    assert _could_ever_fit(h.state, (6,))
+    assert _could_ever_fit(h.state, (6, 6))
+    assert not _could_ever_fit(h.state, (6, 6, 6))
+    h.given(cmd(ConfigurePolicy, settings=PolicySettings(spares_per_rack=1)))
+    assert not _could_ever_fit(h.state, (6,))
+    assert _could_ever_fit(h.state, (5, 5))
+    h.given(register(rack("r1", 6), rack("r2", 6), rack("r3", 7), spares_per_rack=1))  # new racks
+    assert _could_ever_fit(h.state, (6,))
