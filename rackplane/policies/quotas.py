@@ -26,7 +26,7 @@ recomputed after each placement of a cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -62,6 +62,8 @@ class QueueBook:
     _keys: dict[str, tuple[tuple[float, str], ...]] = field(default_factory=dict)
     _kept_for: dict[str, int] = field(default_factory=dict)
     _rooms: dict[str, int | None] = field(default_factory=dict)
+    paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Queue -> the queue and its ancestors, leaf first (`path`)."""
 
     @classmethod
     def of(cls, state: ClusterState, at: datetime | None = None) -> QueueBook | None:
@@ -69,35 +71,29 @@ class QueueBook:
         settings = state.settings
         if not settings.queues:
             return None
-        specs = {q.name: q for q in settings.queues}
-        parent = {q.name: q.parent for q in settings.queues}
-        children: dict[str | None, list[str]] = {}
-        for q in settings.queues:
-            children.setdefault(q.parent, []).append(q.name)
+        specs, parent, children, nominal, paths = _shape(settings)
         when = at or state.at
         half_life = settings.fair_share_half_life
         held = dict.fromkeys(specs, 0)
         average = dict.fromkeys(specs, 0.0)
         for name, usage in state.queue_usage.items():
-            if name not in specs:
+            path = paths.get(name)
+            if path is None:
                 continue
             avg = usage.average if when is None else usage.average_at(when, half_life)
-            for x in _path(parent, name):
+            for x in path:
                 held[x] += usage.nodes
                 average[x] += avg
-        nominal: dict[str, int] = {}
-        for name in _bottom_up(children):
-            kids = children.get(name)
-            nominal[name] = sum(nominal[k] for k in kids) if kids else specs[name].nominal_nodes
-        return cls(settings, specs, parent, children, nominal, held, average)
+        return cls(settings, specs, parent, children, nominal, held, average, paths=paths)
 
     def leaf(self, queue: str | None) -> bool:
         """True for a queue that may hold jobs (known, with no children)."""
         return queue is not None and queue in self.specs and queue not in self.children
 
-    def path(self, queue: str) -> list[str]:
+    def path(self, queue: str) -> Sequence[str]:
         """The queue and its ancestors, leaf first."""
-        return _path(self.parent, queue)
+        path = self.paths.get(queue)
+        return path if path is not None else _path(self.parent, queue)
 
     def share(self, queue: str) -> float:
         """The queue's fair share (rule 2)."""
@@ -232,6 +228,38 @@ def borrowing_jobs(book: QueueBook, jobs: Iterable[JobState]) -> dict[str, list[
 def _admitted(job: JobState) -> tuple[datetime, int]:
     assert job.placed_at is not None
     return (job.placed_at, job.order)
+
+
+_Shape = tuple[
+    dict[str, QueueSpec],
+    dict[str, "str | None"],
+    dict["str | None", list[str]],
+    dict[str, int],
+    dict[str, tuple[str, ...]],
+]
+_SHAPE: list[tuple[PolicySettings, _Shape]] = []
+"""The last settings' queue tree: specs, parents, children, nominals and each queue's path
+(leaf first). A book is built per scheduling cycle and per reclaim look, and the tree changes
+only with the settings; books share these dicts and never change them."""
+
+
+def _shape(settings: PolicySettings) -> _Shape:
+    """The queue tree of `settings` (the same objects while the settings are)."""
+    if _SHAPE and _SHAPE[0][0] is settings:
+        return _SHAPE[0][1]
+    specs = {q.name: q for q in settings.queues}
+    parent = {q.name: q.parent for q in settings.queues}
+    children: dict[str | None, list[str]] = {}
+    for q in settings.queues:
+        children.setdefault(q.parent, []).append(q.name)
+    nominal: dict[str, int] = {}
+    for name in _bottom_up(children):
+        kids = children.get(name)
+        nominal[name] = sum(nominal[k] for k in kids) if kids else specs[name].nominal_nodes
+    paths = {name: tuple(_path(parent, name)) for name in specs}
+    shape = (specs, parent, children, nominal, paths)
+    _SHAPE[:] = [(settings, shape)]
+    return shape
 
 
 def _path(parent: dict[str, str | None], queue: str) -> list[str]:

@@ -46,7 +46,6 @@ from rackplane.models import (
     JobBlocked,
     JobId,
     JobKind,
-    JobStatus,
     PlaceJob,
     PlanCause,
     PlanDefrag,
@@ -114,11 +113,33 @@ def next_plan(state: ClusterState, *, now: datetime) -> ReclaimPlan | None:
         return None
     holders = set(state.reservations.values())
     # The head of the owed line, or nobody: the first owed job in queue order. Only queued
-    # jobs are owed: the queued ones (kept across folds) are read, not every job.
-    waiting = [j for j in _queued_of(state.jobs).values() if j.id not in holders and _owed(book, j)]
-    if not waiting:
+    # jobs are owed: the queued ones (kept across folds) are read, not every job, each once,
+    # its queue's side (`_owed_rule`) looked up once per queue.
+    rules: dict[str | None, tuple[bool, int, int] | None] = {}
+    job: JobState | None = None
+    first: tuple[int, int, int] | None = None
+    for j in _queued_of(state.jobs).values():
+        blocked, spec = j.blocked, j.spec
+        if blocked is None or spec.reservation is not None:
+            continue
+        queue = spec.queue
+        if queue in rules:
+            rule = rules[queue]
+        else:
+            rule = rules[queue] = _owed_rule(book, queue)
+        if rule is None:
+            continue
+        preempts, nominal, room = rule
+        nodes = spec.nodes
+        if not ((preempts and nodes <= nominal) or (blocked.reason != "quota" and nodes <= room)):
+            continue
+        if holders and spec.id in holders:
+            continue
+        key = j.queue_key
+        if first is None or key < first:
+            job, first = j, key
+    if job is None:
         return None
-    job = min(waiting, key=lambda j: j.queue_key)
     plan = None
     queue = job.spec.queue or ""
     assert job.blocked is not None
@@ -129,22 +150,17 @@ def next_plan(state: ClusterState, *, now: datetime) -> ReclaimPlan | None:
     return plan
 
 
-def _owed(book: QueueBook, job: JobState) -> bool:
-    """A blocked job that may preempt: guaranteed and blocked by room, or in a queue that
-    preempts by priority and fitting its nominal. Not a job that runs in a reservation: its
-    room is there, not on what others borrowed."""
-    queue = job.spec.queue
-    if (
-        job.status is not JobStatus.QUEUED
-        or job.blocked is None
-        or job.spec.reservation is not None
-        or not book.leaf(queue)
-    ):
-        return False
+def _owed_rule(book: QueueBook, queue: str | None) -> tuple[bool, int, int] | None:
+    """A queue's side of whether its blocked job is owed nodes (None: never, not a leaf):
+    (preempts by priority, nominal, nodes left under nominal). A queued job blocked and not
+    running in a reservation (its room is there, not on what others borrowed) is owed when
+    its queue preempts by priority and it fits the nominal, or when it is blocked by room
+    (not for quota) and guaranteed (`QueueBook.guaranteed`: it fits what is left)."""
+    if not book.leaf(queue):
+        return None
     assert queue is not None
-    if book.specs[queue].preempt_lower_priority and job.spec.nodes <= book.nominal[queue]:
-        return True
-    return job.blocked.reason != "quota" and book.guaranteed(queue, job.spec.nodes)
+    nominal = book.nominal[queue]
+    return book.specs[queue].preempt_lower_priority, nominal, nominal - book.held[queue]
 
 
 def plan_reclaim(
