@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from rackplane.models import JobKind, JobStatus, NodeId, RackId, SubmitJob
+from rackplane.models import BlockJob, JobKind, JobStatus, NodeId, RackId, SubmitJob
 from rackplane.policies import _checks, _defrag_victims, placement, time_limits
 from rackplane.projections import ClusterState, _changes
 from tests.builders import cmd, job
@@ -35,6 +35,17 @@ class PatchedTablesMachine(ClusterMachine):
             time_limit=timedelta(minutes=minutes),
         )
         self._send(cmd(SubmitJob, job=spec))
+
+    @rule(data=st.data(), reason=st.sampled_from(["capacity", "topology", "quota"]))
+    def block(self, data: st.DataObject, reason: str) -> None:
+        """A queued job blocked (it stays queued, its record changes): read from the jobs
+        map, not through the tables the looks patch."""
+        queued = sorted(j.id for j in self.h.state.jobs.values() if j.status is JobStatus.QUEUED)
+        if queued:
+            job_id = data.draw(st.sampled_from(queued))
+            self._send(
+                cmd(BlockJob, job=job_id, reason=reason, allocatable_nodes=0, placeable_slices=0)
+            )
 
     @rule()
     def look(self) -> None:
