@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rackplane.models import JobKind, PolicySettings, QueueSpec
-from rackplane.projections.state import ClusterState, JobState
+from rackplane.projections.state import ClusterState, JobState, _holding_of
 
 EPSILON_NOMINAL = 1
 """The nominal a queue of nominal 0 is divided by in its share."""
@@ -296,7 +296,7 @@ def reclaimable(state: ClusterState, job: JobState, cause: str) -> str | None:
         if book.specs[queue].preempt_lower_priority:
             return None
         return f"queue {queue} does not let its jobs preempt each other by priority"
-    over = borrowing_jobs(book, [j for j in state.jobs.values() if j.spec.queue == queue])
+    over = borrowing_jobs(book, _holding_of(state.jobs).get(queue, {}).values())
     if job in over.get(queue, ()):
         return None
     return (

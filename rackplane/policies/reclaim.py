@@ -60,6 +60,7 @@ from rackplane.policies.quotas import QueueBook, borrowing_jobs
 from rackplane.projections.state import (
     ClusterState,
     JobState,
+    _holding_of,
     _queued_of,
     kept_nodes,
     restart_cost,
@@ -252,14 +253,12 @@ def plan_priority(
     fits (module docstring, step 3), or None."""
     queue = job.spec.queue
     assert queue is not None
+    priority = job.spec.priority
     pool = sorted(
         (
             v
-            for v in state.jobs.values()
-            if v.spec.queue == queue
-            and v.status.holds_nodes
-            and v.spec.priority < job.spec.priority
-            and preemptible(state, v)
+            for v in _holding_of(state.jobs).get(queue, {}).values()
+            if v.spec.priority < priority and preemptible(state, v)
         ),
         key=lambda v: (v.spec.priority, -v.order),
     )
@@ -314,7 +313,8 @@ def plan_priority(
 
 def _borrowed(state: ClusterState, book: QueueBook, job: JobState) -> list[JobState]:
     """The borrowing jobs of other queues that may be reclaimed for `job` (step 1)."""
-    over = borrowing_jobs(book, state.jobs.values())
+    holding = _holding_of(state.jobs).values()  # jobs holding nodes, by queue
+    over = borrowing_jobs(book, (v for held in holding for v in held.values()))
     mine = job.spec.queue
     return [
         v for q, jobs in sorted(over.items()) if q != mine for v in jobs if preemptible(state, v)

@@ -446,6 +446,43 @@ def _queued_line(jobs: Map[JobId, JobState]) -> _Line:
 _FIRST = operator.itemgetter(0)
 
 
+_HOLDING: list[tuple[Map[JobId, JobState], dict[str | None, dict[JobId, JobState]]]] = []
+"""The jobs holding nodes of the last jobs map asked for, by queue; the next map's are these,
+patched for the jobs the fold changed since (as `_QUEUED`)."""
+
+
+def _holding_of(jobs: Map[JobId, JobState]) -> dict[str | None, dict[JobId, JobState]]:
+    """The jobs of `jobs` that hold nodes (placed, running), by queue (None: no queue), then
+    by id (must not be changed): O(jobs changed since the last call), not O(jobs)."""
+    last = _HOLDING[0] if _HOLDING else None
+    if last is not None and last[0] is jobs:
+        return last[1]
+    path = _changes.since("jobs", jobs, lambda m: m is last[0]) if last is not None else None
+    by_queue: dict[str | None, dict[JobId, JobState]]
+    if last is None or path is None:
+        by_queue = {}
+        for j in jobs.values():
+            if j.status.holds_nodes:
+                by_queue.setdefault(j.spec.queue, {})[j.spec.id] = j
+    else:
+        before, by_queue = last[0], dict(last[1])
+        copied: set[str | None] = set()  # queues whose dict is this map's own already
+        for job_id in cast("set[JobId]", path[1]):
+            for rec, gone in ((before.get(job_id), True), (jobs.get(job_id), False)):
+                if rec is None or not rec.status.holds_nodes:
+                    continue
+                queue = rec.spec.queue
+                if queue not in copied:
+                    by_queue[queue] = dict(by_queue.get(queue, ()))
+                    copied.add(queue)
+                if gone:
+                    del by_queue[queue][job_id]
+                else:
+                    by_queue[queue][job_id] = rec
+    _HOLDING[:] = [(jobs, by_queue)]
+    return by_queue
+
+
 def job_gpus(state: ClusterState, job: JobState) -> int:
     """GPUs the job holds now."""
     nodes, racks = state.nodes, state.racks

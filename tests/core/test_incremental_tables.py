@@ -15,6 +15,7 @@ from hypothesis.stateful import rule
 from rackplane.models import BlockJob, JobKind, JobStatus, NodeId, RackId, SubmitJob
 from rackplane.policies import _checks, _defrag_victims, placement, time_limits
 from rackplane.projections import ClusterState, _changes
+from rackplane.projections.state import JobState, _holding_of
 from tests.builders import cmd, job
 from tests.core.test_properties import ClusterMachine
 
@@ -72,6 +73,13 @@ class PatchedTablesMachine(ClusterMachine):
             (j for j in state.jobs.values() if j.status is JobStatus.QUEUED),
             key=lambda j: j.queue_key,
         )
+        # Jobs holding nodes by queue (reclaim's pools), patched, as grouped anew.
+        grouped: dict[str | None, dict[str, JobState]] = {}
+        for j in state.jobs.values():
+            if j.status.holds_nodes:
+                grouped.setdefault(j.spec.queue, {})[j.id] = j
+        holding = {q: held for q, held in _holding_of(state.jobs).items() if held}
+        assert holding == grouped
         ends = time_limits._ends(state)
         expected = {
             j.id: j.started_at + j.spec.time_limit
