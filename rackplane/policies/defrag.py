@@ -295,12 +295,11 @@ def _plan_room(
     own = base.without(kept)  # what the job itself may use
     base_view = base.view(set(state.reservations) | base.degraded)
     index = state.index
+    reservations = state.reservations
     open_racks = [
-        r.id
-        for r in index.racks
-        if state.racks[r.id].in_service
-        and state.reservations.get(r.id, job_id) == job_id
-        and r.id not in avoid
+        r
+        for r in base.in_service()
+        if r not in avoid and (not reservations or reservations.get(r, job_id) == job_id)
     ]
     targets: list[tuple[RackId, int]] = []
     chosen: list[JobId] = []

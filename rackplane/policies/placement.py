@@ -91,6 +91,12 @@ class Capacity:
         is it patched for them, not a rebuild over every rack."""
         self._dirty: set[RackId] = set()
 
+    def in_service(self) -> list[RackId]:
+        """The racks not failed, in topology order, read from the room table (a failed rack's
+        room stays far below zero whatever is taken or released), not from the racks map."""
+        floor = _DOWN // 2
+        return [r for r, u in self.usable.items() if u > floor]
+
     @property
     def total(self) -> int:
         """Usable nodes, cluster-wide."""

@@ -29,7 +29,15 @@ from rackplane.models import (
 from rackplane.policies import Capacity, Placement, Unplaceable, find_placement, schedule
 from rackplane.policies.tas import _closest_racks, _could_ever_fit
 from rackplane.projections import ClusterState
-from tests.builders import Harness, cmd, job, rack, register, topology
+from tests.builders import (
+    Harness,
+    cmd,
+    job,
+    rack,
+    racks_healthy_degraded_failed,
+    register,
+    topology,
+)
 
 
 def drawn(*rows: str, spares: int = 0, pods: tuple[str, ...] = ()) -> ClusterState:
@@ -270,3 +278,13 @@ def test_whether_a_job_could_ever_fit_follows_the_spares_kept() -> None:
     assert _could_ever_fit(h.state, (5, 5))
     h.given(register(rack("r1", 6), rack("r2", 6), rack("r3", 7), spares_per_rack=1))  # new racks
     assert _could_ever_fit(h.state, (6,))
+
+
+def test_a_capacity_lists_the_racks_in_service_in_topology_order() -> None:
+    """Healthy and degraded racks, not the failed one, whatever the cycle took or released."""
+    h = racks_healthy_degraded_failed()
+    capacity = Capacity(h.state, keep_spares=False)
+    assert capacity.in_service() == ["r01", "r02"]
+    capacity.release(h.state.index.rack("r03").nodes)  # nodes of a failed rack come back
+    capacity.take(h.state.index.rack("r01").nodes)
+    assert capacity.in_service() == ["r01", "r02"]
