@@ -234,6 +234,8 @@ class FairLine:
         self.lines: dict[str, list[JobState]] = {}
         self.unmanaged: list[JobState] = []
         self.offered: dict[str, int] = {}
+        self._refusals: dict[tuple[str, int], bool] = {}
+        """(queue, nodes) -> refused again, since the last placement (`_refused_again`)."""
         if book is None:
             self.unmanaged = queued
             return
@@ -274,14 +276,21 @@ class FairLine:
 
     def _refused_again(self, queue: str, job: JobState) -> bool:
         """True for a job blocked for quota already that its queue refuses now (as `refused`
-        would, asking for the free count exactly when it would, but saying nothing)."""
+        would, asking for the free count exactly when it would, but saying nothing).
+
+        Between two placements the answer depends on the queue and the job's nodes alone
+        (the book and the free count stay as they are), so it is asked once per pair
+        (`_refusals`, cleared by `placed`); the free count it may ask for is counted then."""
         blocked, book, capacity = job.blocked, self.book, self.capacity
         if blocked is None or blocked.reason != "quota" or book is None or capacity is None:
             return False
-        if not book.refuses(queue, job.spec.nodes, lambda: self._free(capacity)):
-            return False
-        self._free(capacity)  # counted, as a refusal's block counts it (a later count differs)
-        return True
+        key = (queue, job.spec.nodes)
+        known = self._refusals.get(key)
+        if known is None:
+            known = self._refusals[key] = book.refuses(queue, key[1], lambda: self._free(capacity))
+            if known:
+                self._free(capacity)  # counted, as a refusal's block counts it
+        return known
 
     def refused(self, job: JobState, capacity: Capacity) -> bool:
         """Block `job` for quota (and say so) when its queue may not take it now."""
@@ -310,6 +319,7 @@ class FairLine:
             self.free = max(0, self.free - job.spec.nodes)
         if book is not None and queue is not None and book.leaf(queue):
             book.commit(queue, job.spec.nodes)
+        self._refusals.clear()
 
     def standing(self, job: JobState) -> QueueStanding | None:
         """Where a job offered in this cycle stands (for its `JobBlocked`)."""
