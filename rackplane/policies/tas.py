@@ -276,20 +276,28 @@ class FairLine:
 
     def _refused_again(self, queue: str, job: JobState) -> bool:
         """True for a job blocked for quota already that its queue refuses now (as `refused`
-        would, asking for the free count exactly when it would, but saying nothing).
-
-        Between two placements the answer depends on the queue and the job's nodes alone
-        (the book and the free count stay as they are), so it is asked once per pair
-        (`_refusals`, cleared by `placed`); the free count it may ask for is counted then."""
-        blocked, book, capacity = job.blocked, self.book, self.capacity
-        if blocked is None or blocked.reason != "quota" or book is None or capacity is None:
+        would, asking for the free count exactly when it would, but saying nothing)."""
+        blocked, capacity = job.blocked, self.capacity
+        if blocked is None or blocked.reason != "quota" or self.book is None or capacity is None:
             return False
-        key = (queue, job.spec.nodes)
+        return self._refuses(queue, job.spec.nodes, capacity)
+
+    def _refuses(self, queue: str, nodes: int, capacity: Capacity) -> bool:
+        """`QueueBook.refuses`, then the free count counted when it refuses (as a refusal's
+        block counts it: a later count differs).
+
+        Between two placements the answer depends on the queue and the nodes alone (the
+        book and the free count stand), so it is asked once per pair (`_refusals`, cleared
+        by `placed`)."""
+        key = (queue, nodes)
         known = self._refusals.get(key)
         if known is None:
-            known = self._refusals[key] = book.refuses(queue, key[1], lambda: self._free(capacity))
+            assert self.book is not None
+            known = self._refusals[key] = self.book.refuses(
+                queue, nodes, lambda: self._free(capacity)
+            )
             if known:
-                self._free(capacity)  # counted, as a refusal's block counts it
+                self._free(capacity)
         return known
 
     def refused(self, job: JobState, capacity: Capacity) -> bool:
@@ -297,9 +305,10 @@ class FairLine:
         book, queue = self.book, job.spec.queue
         if book is None or queue is None or not book.leaf(queue):
             return False
-        refusal = book.admit(queue, job.spec.nodes, lambda: self._free(capacity))
-        if refusal is None:
+        if not self._refuses(queue, job.spec.nodes, capacity):
             return False
+        refusal = book.admit(queue, job.spec.nodes, lambda: self._free(capacity))
+        assert refusal is not None, "refuses and admit disagree"
         if self.out is not None:
             verdict = Unplaceable("quota", self._free(capacity), 0, refusal.explanation)
             _block(self.out, job, verdict, self.standing)
