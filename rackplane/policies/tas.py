@@ -114,7 +114,10 @@ def schedule(state: ClusterState, policy: str = "tas", *, pass_over: bool = True
     capacity = Capacity(state)
     borrow = Capacity(state, keep_spares=False) if state.settings.borrow_spares else None
     reserved = dict(state.reservations)
+    holders, reserved_racks = set(reserved.values()), frozenset(reserved)
     head_held: set[RackId] = set()
+    others_of: set[RackId] | None = None  # the head's hold `others_all` was made with
+    others_all: frozenset[RackId] | set[RackId] = reserved_racks
     verdicts: dict[tuple[int, ...], Unplaceable] = {}
     line = FairLine(state, QueueBook.of(state), capacity if pass_over else None)
     line.out = out
@@ -130,8 +133,15 @@ def schedule(state: ClusterState, policy: str = "tas", *, pass_over: bool = True
                 _place_around(out, kept, job_cap, job, line, reserved)
                 continue
         sizes = job.spec.slice_sizes
-        mine = [r for r, j in reserved.items() if j == job.id]
-        others = {r for r, j in reserved.items() if j != job.id} | head_held
+        others: frozenset[RackId] | set[RackId]
+        if job.id in holders:
+            mine = [r for r, j in reserved.items() if j == job.id]
+            others = {r for r, j in reserved.items() if j != job.id} | head_held
+        else:  # most jobs hold no reservation: every reserved rack is another's
+            mine = []
+            if others_of is not head_held:
+                others_of, others_all = head_held, reserved_racks | head_held
+            others = others_all
         result: Placement | Unplaceable | None = None
         if mine:
             result = find_placement(capacity, sizes, within=mine)
@@ -578,7 +588,9 @@ _EVER_FIT: list[Any] = []
 """[index, spares kept, room per rack (largest first), sizes -> `_could_ever_fit`]."""
 
 
-def _closest_racks(capacity: Capacity, sizes: tuple[int, ...], others: set[RackId]) -> set[RackId]:
+def _closest_racks(
+    capacity: Capacity, sizes: tuple[int, ...], others: frozenset[RackId] | set[RackId]
+) -> set[RackId]:
     """The racks that will fit the job soonest: the ones with the most usable nodes now,
     healthy racks before degraded ones (which take new slices only when no healthy one fits).
 
