@@ -232,8 +232,8 @@ def _admitted(job: JobState) -> tuple[datetime, int]:
 
 _Shape = tuple[
     dict[str, QueueSpec],
-    dict[str, "str | None"],
-    dict["str | None", list[str]],
+    dict[str, str | None],
+    dict[str | None, list[str]],
     dict[str, int],
     dict[str, tuple[str, ...]],
 ]

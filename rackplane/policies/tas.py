@@ -245,7 +245,8 @@ class FairLine:
         self.unmanaged: list[JobState] = []
         self.offered: dict[str, int] = {}
         self._refusals: dict[tuple[str, int], bool] = {}
-        """(queue, nodes) -> refused again, since the last placement (`_refused_again`)."""
+        """(queue, nodes) -> the queue refuses that many nodes now, since the last placement
+        (`_refuses`)."""
         if book is None:
             self.unmanaged = queued
             return

@@ -410,10 +410,15 @@ def _queued_entry(jobs: Map[JobId, JobState]) -> _Queued:
             if j is not None and j.status is JobStatus.QUEUED:
                 queued[j.spec.id] = j
         # The line, when asked, is the last one patched (or the last one's base, patched for
-        # both runs of changes): never a sort of every queued job again.
-        if last.line is not None:
+        # both runs of changes), while few jobs changed; else it is sorted anew. The bound
+        # keeps the pending changes small when the line goes unasked for many folds.
+        if last.line is not None and len(changed) <= _PATCH_MOST:
             entry = _Queued(jobs, queued, last.line, changed)
-        elif last.base is not None and last.changed is not None:
+        elif (
+            last.base is not None
+            and last.changed is not None
+            and len(last.changed) + len(changed) <= _PATCH_MOST
+        ):
             entry = _Queued(jobs, queued, last.base, last.changed | changed)
         else:
             entry = _Queued(jobs, queued)
@@ -424,13 +429,14 @@ def _queued_entry(jobs: Map[JobId, JobState]) -> _Queued:
 def _queued_line(jobs: Map[JobId, JobState]) -> _Line:
     """The queued jobs of `jobs` in queue order (must not be changed): O(queued) to patch the
     last line for the jobs changed since (a filter, and a binary insertion for each changed
-    job still queued), O(queued x log) to sort when there is no line to patch."""
+    job still queued), O(queued x log) to sort when there is no line to patch (none asked
+    yet, or more than `_PATCH_MOST` jobs changed)."""
     entry = _queued_entry(jobs)
     line = entry.line
     if line is not None:
         return line
     queued, base, changed = entry.by_id, entry.base, entry.changed
-    if base is None or changed is None or len(changed) > 32:
+    if base is None or changed is None:
         line = [(j.queue_key, i, j) for i, j in queued.items()]
         line.sort(key=_FIRST)
     else:
@@ -444,6 +450,8 @@ def _queued_line(jobs: Map[JobId, JobState]) -> _Line:
 
 
 _FIRST = operator.itemgetter(0)
+_PATCH_MOST = 32
+"""Jobs changed since the last line beyond which the next line is sorted, not patched."""
 
 
 _HOLDING: list[tuple[Map[JobId, JobState], dict[str | None, dict[JobId, JobState]]]] = []
