@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -119,3 +123,36 @@ def test_admin_commands_from_the_command_line_check_the_admin_list_from_the_envi
     assert configured["settings"]["allow_interactive_preemption"] is True
     assert configured["settings"]["admins"] == ["operator:alice"]  # the rest is kept
     assert (configured["actor"], configured["reason"]) == ("operator:alice", "hero run")
+
+
+def test_client_commands_as_processes_of_their_own_print_everything_and_their_status(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """`rackplane submit` and `status` as an operator runs them: a process each, its output a
+    file (block-buffered), ended by `rackplane.cli.leave` without the interpreter's
+    finalization. The whole JSON arrives, and a rejection's exit status too."""
+    c = new_cluster()
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(dump_cluster_file(small_topology(c)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    where = ["--broker", pipeline.config.broker, "--prefix", pipeline.config.prefix, "--json"]
+
+    def rackplane(*argv: str) -> tuple[int, Any]:
+        out = tmp_path / "out"
+        with out.open("w") as o:
+            done = subprocess.run(
+                [sys.executable, "-m", "rackplane", *argv, *where],
+                stdout=o, stderr=subprocess.PIPE, env=env, text=True, timeout=120,
+            )  # fmt: skip
+        return done.returncode, json.loads(out.read_text() or "null")
+
+    assert rackplane("register", str(cluster_file))[0] == 0
+    code, out = rackplane("submit", "--cluster", c, "--job", "p1", "--nodes", "4")
+    assert code == 0, out
+    assert [e["type"] for e in out["events"]] == ["JobSubmitted", "JobPlaced"]
+    code, out = rackplane("cancel", "--cluster", c, "--job", "nope")
+    assert code == 1
+    assert out["events"][0]["code"] == "unknown_job"
+    code, out = rackplane("status", "--cluster", c)
+    assert code == 0, out
+    assert (out["cluster"], out["seq"], out["jobs_placed"], out["allocated"]) == (c, 4, 1, 4)
