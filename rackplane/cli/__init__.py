@@ -9,6 +9,7 @@ and `rackplane.cli.app` (the tests' way in) build the whole CLI.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -162,13 +163,17 @@ def main() -> None:
     """Console-script entry point."""
     os.environ.setdefault(*_NO_PYDANTIC_PLUGINS)
     module = _ONE_MODULE.get(sys.argv[1]) if len(sys.argv) > 1 else None
-    if module is None:
-        build()()
-    elif module not in _QUICK_EXIT:
-        build((module,), everything=False, only=sys.argv[1])()
+    with cycle_collection_paused():
+        app = build() if module is None else build((module,), everything=False, only=sys.argv[1])
+        # What the start built (modules, classes, models and their schemas) lives as long as
+        # the process: frozen, the collector's walks leave it alone. Unfrozen, the first
+        # collection after the pause walked all of it, ~28 ms of a submit's ~0.4 s here.
+        gc.freeze()
+    if module not in _QUICK_EXIT:
+        app()
     else:
         try:
-            build((module,), everything=False, only=sys.argv[1])()
+            app()
         except SystemExit as done:
             leave(done.code)
 
