@@ -182,7 +182,9 @@ _QUICK_EXIT = frozenset({"_client", "_read", "_rack"})
 """The command modules whose commands leave nothing for the interpreter to do at exit: a
 client command has closed its connections, stopped its event loop and written its output
 when its function returns, and none registers an `atexit` hook or starts a thread or a
-process that outlives it (tests/cli/test_quick_exit.py). Such a command ends with `leave`."""
+process that outlives it (tests/streams/test_cli.py: against a live worker, no thread left
+and no exit hook but logging's; tests/cli/test_quick_exit.py: output and status whole). Such
+a command ends with `leave`."""
 
 
 def leave(code: object) -> NoReturn:

@@ -156,3 +156,57 @@ def test_client_commands_as_processes_of_their_own_print_everything_and_their_st
     code, out = rackplane("status", "--cluster", c)
     assert code == 0, out
     assert (out["cluster"], out["seq"], out["jobs_placed"], out["allocated"]) == (c, 4, 1, 4)
+
+
+_WHAT_IS_LEFT = """
+import atexit, json, sys, threading
+hooks = []
+register = atexit.register
+def noted(f, *args, **kwargs):
+    hooks.append(f"{f.__module__}.{f.__qualname__}")
+    return register(f, *args, **kwargs)
+atexit.register = noted
+threading_hooks = []
+threading_register = threading._register_atexit
+def noted_threading(f, *args, **kwargs):
+    threading_hooks.append(f"{f.__module__}.{f.__qualname__}")
+    return threading_register(f, *args, **kwargs)
+threading._register_atexit = noted_threading
+import rackplane.cli as cli
+def leave(code):
+    left = {"hooks": hooks, "threading_hooks": threading_hooks,
+            "threads": [t.name for t in threading.enumerate()], "code": code}
+    print(json.dumps(left), file=sys.stderr)
+    sys.exit(0)
+cli.leave = leave
+sys.argv = ["rackplane", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_a_client_command_leaves_nothing_for_the_interpreter_s_exit(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """What `rackplane.cli.leave` skips: a client or read command, when it returns, has no
+    thread still running and no exit hook but logging's (which `leave` runs itself)."""
+    c = new_cluster()
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(dump_cluster_file(small_topology(c)))
+    where = ["--broker", pipeline.config.broker, "--prefix", pipeline.config.prefix]
+    for argv in (
+        ["register", str(cluster_file)],
+        ["submit", "--cluster", c, "--job", "t1", "--nodes", "4"],
+        ["jobs", "--cluster", c],
+        ["rack-health", "--cluster", c, "--rack", "r1", "--state", "degraded"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", _WHAT_IS_LEFT, *argv, *where],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        left = json.loads(done.stderr.splitlines()[-1])
+        assert left == {
+            "hooks": ["logging.shutdown"],
+            "threading_hooks": [],
+            "threads": ["MainThread"],
+            "code": 0,
+        }, (argv, done.stderr[-2000:])
