@@ -160,18 +160,15 @@ def test_client_commands_as_processes_of_their_own_print_everything_and_their_st
 
 _WHAT_IS_LEFT = """
 import atexit, json, sys, threading
-hooks = []
-register = atexit.register
-def noted(f, *args, **kwargs):
-    hooks.append(f"{f.__module__}.{f.__qualname__}")
-    return register(f, *args, **kwargs)
-atexit.register = noted
-threading_hooks = []
-threading_register = threading._register_atexit
-def noted_threading(f, *args, **kwargs):
-    threading_hooks.append(f"{f.__module__}.{f.__qualname__}")
-    return threading_register(f, *args, **kwargs)
-threading._register_atexit = noted_threading
+def noting(owner, name):  # the hooks registered through owner.name from now on, by name
+    names, register = [], getattr(owner, name)
+    def noted(f, *args, **kwargs):
+        names.append(f"{f.__module__}.{f.__qualname__}")
+        return register(f, *args, **kwargs)
+    setattr(owner, name, noted)
+    return names
+hooks = noting(atexit, "register")
+threading_hooks = noting(threading, "_register_atexit")
 import rackplane.cli as cli
 def leave(code):
     left = {"hooks": hooks, "threading_hooks": threading_hooks,
