@@ -167,7 +167,7 @@ def main() -> None:
         app = build() if module is None else build((module,), everything=False, only=sys.argv[1])
         # What the start built (modules, classes, models and their schemas) lives as long as
         # the process: frozen, the collector's walks leave it alone. Unfrozen, the first
-        # collection after the pause walked all of it, ~28 ms of a submit's ~0.4 s here.
+        # collection after the pause walked all of it: 2.3% of a submit's instructions.
         gc.freeze()
     if module not in _QUICK_EXIT:
         app()
@@ -191,10 +191,11 @@ def leave(code: object) -> NoReturn:
     """End the process now with `code` (a `SystemExit`'s: None is 0, a text is printed to
     stderr and is 1), once standard output and error are flushed and logging's handlers
     closed, without the interpreter's finalization: that frees, one by one, every module,
-    pydantic model and schema the command loaded, 70-125 ms of a client command's ~0.45 s
-    here (docs/BENCHMARKS.md), only for the operating system to take the memory back anyway.
-    A standard output closed early (`rackplane jobs | head`) ends with status 120, as
-    Python's own finalization does."""
+    pydantic model and schema the command loaded, ~75 ms of a client command's ~0.45 s here
+    (docs/BENCHMARKS.md), only for the operating system to take the memory back anyway.
+    A standard output whose reader is gone when it is flushed here ends with status 120, as
+    Python's own finalization does (one gone while the command writes is click's: status 1,
+    as before)."""
     if code is None:
         status = 0
     elif isinstance(code, int):
