@@ -169,13 +169,12 @@ def main() -> None:
         # the process: frozen, the collector's walks leave it alone. Unfrozen, the first
         # collection after the pause walked all of it: 2.3% of a submit's instructions.
         gc.freeze()
-    if module not in _QUICK_EXIT:
+    try:
         app()
-    else:
-        try:
-            app()
-        except SystemExit as done:
-            leave(done.code)
+    except SystemExit as done:
+        if module not in _QUICK_EXIT:
+            raise
+        leave(done.code)
 
 
 _QUICK_EXIT = frozenset({"_client", "_read", "_rack"})
