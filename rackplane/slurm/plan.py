@@ -71,9 +71,9 @@ from rackplane.slurm.objects import FAILED, SlurmJob, SlurmNode, SpecError, job_
 CAUSE_PREFIX = "slurm: "
 """Starts the cause of every health report and the reason of every cordon the adapter sends."""
 DRAIN_PREFIX = "rackplane: "
+"""Starts the reason of every drain the adapter makes in Slurm."""
 RESTART_AT = "now+2"
 """The `StartTime` of a job placed again after it ran (see `_Planner._start`)."""
-"""Starts the reason of every drain the adapter makes in Slurm."""
 
 
 class Place(NamedTuple):
