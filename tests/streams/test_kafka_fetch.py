@@ -5,11 +5,19 @@ and `mvn` on a PATH of their own; nothing is downloaded."""
 from __future__ import annotations
 
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from rackplane.streams.kafka_fetch import KafkaError, fetch_jars, kafka_unavailable
+from rackplane.streams.kafka_fetch import (
+    KAFKA_VERSION,
+    POM,
+    SCALA_VERSION,
+    KafkaError,
+    fetch_jars,
+    kafka_unavailable,
+)
 from tests.fake_tools import fake_tool
 
 
@@ -62,3 +70,22 @@ def test_a_fetch_past_its_timeout_is_stopped_with_the_reason(bin_dir: Path, tmp_
     assert first == "Maven did not fetch the Kafka jars within 1 s"
     assert "Downloading from central" in rest and "(killed after 1 s)" in rest
     assert not (tmp_path / "cache").exists()  # nothing half-fetched where a later run looks
+
+
+def test_the_pom_maven_reads_is_well_formed_xml_and_names_the_broker_and_tools_jars() -> None:
+    """The fake `mvn` above never reads the POM, and the test tiers skip Maven once the jars
+    are cached: a POM Maven refuses (a double hyphen in a comment did) shows only on a cold
+    cache. Maven's parser is a strict XML parser, as is this one."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ET.parse(POM).getroot()
+    assert root.findtext("m:properties/m:kafka.version", namespaces=ns) == KAFKA_VERSION
+    wanted = {
+        ("org.apache.kafka", f"kafka_{SCALA_VERSION}"),
+        ("org.apache.kafka", "kafka-tools"),
+        ("org.slf4j", "slf4j-simple"),
+    }
+    named = {
+        (d.findtext("m:groupId", namespaces=ns), d.findtext("m:artifactId", namespaces=ns))
+        for d in root.iterfind("m:dependencies/m:dependency", ns)
+    }
+    assert wanted <= named
