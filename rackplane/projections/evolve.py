@@ -172,6 +172,8 @@ class _Builder:
         """Racks whose health changed in the run (with `free`'s keys: what `_changes` logs)."""
         self.racks_rebuilt = False
         """A registration built a new racks map: no change to log, readers rebuild."""
+        self.nodes_written = False
+        """A node record was set in `nodes` (not counting `serving`, which `finish` writes)."""
         self.jobs = _Jobs(state.jobs)
         self.finished: dict[JobId, JobStatus] = {}
         """Jobs finished in the run, not yet in the state's `finished`."""
@@ -282,6 +284,7 @@ class _Builder:
         )
         self.serving.pop(node, None)
         self.nodes[node] = new
+        self.nodes_written = True
         down = self.down.get(new.rack)
         if down is not None:
             if new.in_service:
@@ -379,8 +382,12 @@ class _Builder:
         return _job_with(job, slices=slices)
 
     def finish(self) -> ClusterState:
-        """The state after the events applied; the builder is spent."""
+        """The state after the events applied; the builder is spent. A map no event of the
+        run wrote (the nodes and racks of a job submitted or started) stays the state's own
+        object: a new one would be equal, and every table derived from it (`_changes`) would
+        look up the log to find nothing changed."""
         nodes, racks = self.nodes, self.racks
+        nodes_written = self.nodes_written
         for n, (job, index) in self.serving.items():
             old = nodes[n]
             if old.job != job or old.slice != index:
@@ -388,6 +395,11 @@ class _Builder:
                 nodes[n] = _new(
                     NodeState, (n, old.rack, old.health, old.cordoned, job, index, old.cause)
                 )
+                nodes_written = True
+        # A rack whose free index was looked at counts as written even when the index is
+        # unchanged: readers of `_changes` take the racks logged as those whose nodes changed
+        # (a busy node failing leaves `free` as it was; `_defrag_victims` still must look).
+        racks_written = self.racks_rebuilt or bool(self.racks_changed) or bool(self.free)
         for rack, free in self.free.items():
             r = racks[rack]
             if free != r.free:
@@ -411,8 +423,8 @@ class _Builder:
         older = self.seen_older
         if isinstance(older, dict):
             older = Map(older)
-        new_racks = racks.finish()
-        if not self.racks_rebuilt:
+        new_racks = racks.finish() if racks_written else self.state.racks
+        if racks_written and not self.racks_rebuilt:
             _changes.record("racks", new_racks, self.state.racks, (*self.free, *self.racks_changed))
         # Built directly: dataclasses.replace costs several microseconds per event, and
         # the frozen dataclass's `__init__` two more than `built_state`.
@@ -422,7 +434,7 @@ class _Builder:
             self.at,
             self.index,
             self.settings,
-            nodes.finish(),
+            nodes.finish() if nodes_written else self.state.nodes,
             new_racks,
             jobs,
             finished,
@@ -514,6 +526,7 @@ def _topology_registered(b: _Builder, e: TopologyRegistered) -> None:
     b.nodes = Map(nodes).mutate()
     b.racks = Map(racks).mutate()
     b.racks_rebuilt = True
+    b.nodes_written = True
 
 
 def _policy_configured(b: _Builder, e: PolicyConfigured) -> None:

@@ -15,7 +15,10 @@ from rackplane.models import (
     JobStatus,
     JobSubmitted,
     PlaceJob,
+    RackHealth,
+    ReportRackHealth,
     SliceAssignment,
+    StartJob,
     SubmitJob,
     UncordonNode,
 )
@@ -101,3 +104,28 @@ def test_built_state_sets_every_field_as_the_constructor_does() -> None:
     assert built_state(*values) == state
     with pytest.raises(ValueError, match="shorter"):
         built_state(*values[:-1])
+
+
+def test_an_event_that_writes_no_node_or_rack_keeps_those_maps_and_a_write_makes_new_ones() -> None:
+    # Tables derived from `nodes` and `racks` (placement's room, the queue) are kept per map
+    # object: a map no event wrote stays the same object; one that was written is a new one.
+    h = Harness().given(register(rack("r01", 4), spares_per_rack=0))
+    before = h.state
+    h.given(cmd(SubmitJob, job=job("j1", 2, slice_size=2)))
+    assert (h.state.nodes, h.state.racks) == (before.nodes, before.racks)
+    assert h.state.nodes is before.nodes and h.state.racks is before.racks
+    submitted = h.state
+    h.given(cmd(PlaceJob, job="j1", slices=(SliceAssignment(nodes=nodes("r01", 1, 2)),)))
+    assert h.state.nodes is not submitted.nodes and h.state.racks is not submitted.racks
+    assert h.state.racks["r01"].free == frozenset(nodes("r01", 3, 4))
+    placed = h.state
+    h.given(cmd(StartJob, job="j1"))
+    assert h.state.nodes is placed.nodes and h.state.racks is placed.racks
+    started = h.state
+    h.given(cmd(CordonNode, node=node("r01", 4)))  # a node record, and the rack's free index
+    assert h.state.nodes is not started.nodes and h.state.racks is not started.racks
+    cordoned = h.state
+    h.given(cmd(ReportRackHealth, rack="r01", health=RackHealth.DEGRADED, cause="tray"))
+    assert h.state.nodes is cordoned.nodes and h.state.racks is not cordoned.racks
+    assert h.state.racks["r01"].health is RackHealth.DEGRADED
+    assert fold(initial_state(CLUSTER), h.log) == h.state
