@@ -382,10 +382,10 @@ class _Builder:
         return _job_with(job, slices=slices)
 
     def finish(self) -> ClusterState:
-        """The state after the events applied; the builder is spent. A map no event of the
-        run wrote (the nodes and racks of a job submitted or started) stays the state's own
-        object: a new one would be equal, and every table derived from it (`_changes`) would
-        look up the log to find nothing changed."""
+        """The state after the events applied; the builder is spent. The `nodes` map stays
+        the state's own object when no node record was written, and `racks` when no rack's
+        health or free index was touched (a job submitted or started): a new map would be
+        equal, and each table derived from it would look up `_changes` to find no change."""
         nodes, racks = self.nodes, self.racks
         nodes_written = self.nodes_written
         for n, (job, index) in self.serving.items():
