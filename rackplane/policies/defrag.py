@@ -65,7 +65,7 @@ from rackplane.policies.reclaim import next_plan
 from rackplane.projections.state import (
     ClusterState,
     JobState,
-    _queued_of,
+    _queued_line,
     kept_nodes,
     restart_cost,
 )
@@ -401,8 +401,7 @@ class Defrag:
         queued jobs, highest first (the head of a blocked line is among them)."""
         if state.index is None or not state.settings.defrag_enabled:
             return
-        queued = sorted(_queued_of(state.jobs).values(), key=lambda j: j.queue_key)
-        prime(state, (j.spec.priority for j in queued))
+        prime(state, (j.spec.priority for _, _, j in _queued_line(state.jobs)))
 
     def propose(
         self, state: ClusterState, events: Sequence[Event], *, now: datetime
@@ -415,22 +414,14 @@ class Defrag:
         if not wanted and not retry:
             return []
         # The head of the blocked line (in queue order) gets the plan, or nobody does: the
-        # first queued job blocked by topology that holds no reservation (found in one pass
-        # over the queued jobs, kept across folds, without sorting the queue). A job that
+        # first queued job blocked by topology that holds no reservation, read off the
+        # queued line in queue order (kept across folds; the scheduler's cycle asked for it
+        # on this state already) up to the first such job, not every queued job. A job that
         # runs in a reservation (`JobSpec.reservation`) waits for room there: a plan would
         # make it elsewhere.
-        holders = set(state.reservations.values())
-        blocked = [
-            j
-            for j in _queued_of(state.jobs).values()
-            if j.blocked is not None
-            and j.blocked.reason == "topology"
-            and j.id not in holders
-            and j.spec.reservation is None
-        ]
-        if not blocked:
+        job = _blocked_head(state)
+        if job is None:
             return []
-        job = min(blocked, key=lambda j: j.queue_key)
         # A job blocked behind the head changes nothing for the head: search again only when
         # the head is newly blocked (full budget) or room may have come back (retry).
         if job.id not in wanted and not retry:
@@ -446,6 +437,22 @@ class Defrag:
         # No plan, or room without preemption (the scheduler will place it; a replica that
         # lags the controller sees such rooms late): nothing for defrag to do.
         return []
+
+
+def _blocked_head(state: ClusterState) -> JobState | None:
+    """The first queued job in queue order blocked by topology, holding no reservation and
+    not running in one; None when there is none. O(its place in the line)."""
+    holders = set(state.reservations.values())
+    for _, _, j in _queued_line(state.jobs):
+        blocked = j.blocked
+        if (
+            blocked is not None
+            and blocked.reason == "topology"
+            and j.spec.reservation is None
+            and j.id not in holders
+        ):
+            return j
+    return None
 
 
 # After these, a plan that was impossible may have become possible.

@@ -61,7 +61,7 @@ from rackplane.projections.state import (
     ClusterState,
     JobState,
     _holding_of,
-    _queued_of,
+    _queued_line,
     kept_nodes,
     restart_cost,
 )
@@ -114,12 +114,11 @@ def next_plan(state: ClusterState, *, now: datetime) -> ReclaimPlan | None:
         return None
     holders = set(state.reservations.values())
     # The head of the owed line, or nobody: the first owed job in queue order. Only queued
-    # jobs are owed: the queued ones (kept across folds) are read, not every job, each once,
-    # its queue's side (`_owed_rule`) looked up once per queue.
+    # jobs are owed: the queued line (kept across folds, in queue order) is read up to the
+    # first owed job, not every job, its queue's side (`_owed_rule`) looked up once per queue.
     rules: dict[str | None, tuple[bool, int, int] | None] = {}
     job: JobState | None = None
-    first: tuple[int, int, int] | None = None
-    for j in _queued_of(state.jobs).values():
+    for _, _, j in _queued_line(state.jobs):
         blocked, spec = j.blocked, j.spec
         if blocked is None or spec.reservation is not None:
             continue
@@ -136,9 +135,8 @@ def next_plan(state: ClusterState, *, now: datetime) -> ReclaimPlan | None:
             continue
         if holders and spec.id in holders:
             continue
-        key = j.queue_key
-        if first is None or key < first:
-            job, first = j, key
+        job = j
+        break
     if job is None:
         return None
     plan = None

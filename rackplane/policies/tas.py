@@ -124,6 +124,29 @@ def schedule(state: ClusterState, policy: str = "tas", *, pass_over: bool = True
     backfill: Capacity | None = None  # the cycle's capacity without the head's hold
     shadow: datetime | None = None  # when the head could start on the held racks
     kept = Withheld(state, capacity)
+    settings, at = state.settings, state.at
+
+    def settled(job: JobState) -> bool:
+        """True when offering `job` now would propose nothing and change nothing of the cycle
+        (the loop below, step by step): no reservation concerns it, its slice sizes met a
+        verdict since the last placement and it is blocked for that reason already, and it
+        may neither backfill nor borrow. (The job that met that verdict made the head hold
+        its racks, unless such a job could never fit: nor could this one.) Whether its
+        queue takes its nodes is `FairLine`'s to ask (`_settled`)."""
+        blocked = job.blocked
+        if blocked is None or kept.windows or job.spec.reservation is not None:
+            return False
+        spec = job.spec
+        verdict = verdicts.get(spec.slice_sizes)
+        if verdict is None or verdict.reason != blocked.reason or spec.id in holders:
+            return False
+        limit = spec.time_limit
+        if shadow is not None and limit is not None and at is not None and at + limit <= shadow:
+            return False  # it may backfill
+        return borrow is None or not may_borrow(settings, spec)
+
+    if pass_over:
+        line.settled = settled
     for job in line:
         if line.book is not None and line.refused(job, capacity):
             continue
@@ -229,7 +252,8 @@ class FairLine:
     placement (`placed`) so the placed job's queue waits its turn again.
 
     Cost: O(jobs log jobs) to sort, O(log queues x depth) per job offered; a job blocked for
-    quota that its queue refuses again is passed over (O(depth), nothing built), not offered."""
+    quota that its queue refuses again is passed over (O(depth), nothing built), not offered,
+    and so is a job the cycle would offer for nothing (`settled`, set by `schedule`)."""
 
     def __init__(
         self, state: ClusterState, book: QueueBook | None, capacity: Capacity | None = None
@@ -238,6 +262,9 @@ class FairLine:
         self.capacity = capacity
         """The cycle's capacity: without it no job is passed over (`__iter__`)."""
         self.out: Proposals | None = None
+        self.settled: Callable[[JobState], bool] | None = None
+        """The cycle's test of a job it would offer for nothing (`schedule`'s `settled`):
+        such a job is passed over, as one refused again for quota is (`__iter__`)."""
         queued = state.queued()
         self.free: int | None = None
         """Nodes placement can use cluster-wide, counted once per cycle when first needed."""
@@ -258,7 +285,14 @@ class FairLine:
                 self.unmanaged.append(job)
 
     def __iter__(self) -> Iterator[JobState]:
-        yield from self.unmanaged
+        settled = self.settled
+        if settled is None:
+            yield from self.unmanaged
+        else:
+            # No queue's quota stands between these jobs and the cycle (`refused`).
+            for job in self.unmanaged:
+                if not settled(job):
+                    yield job
         book = self.book
         if book is None:
             return
@@ -275,7 +309,9 @@ class FairLine:
             # Jobs blocked for quota that the queue refuses again are passed over here: offered
             # one by one, each would come next (a refusal does not move the queue's key) and be
             # refused with nothing to say.
-            while at < len(jobs) and self._refused_again(q, jobs[at]):
+            while at < len(jobs) and (
+                self._refused_again(q, jobs[at]) or self._settled(q, jobs[at], settled)
+            ):
                 at += 1
             if at == len(jobs):
                 offered[q] = at
@@ -292,6 +328,18 @@ class FairLine:
         if blocked is None or blocked.reason != "quota" or self.book is None or capacity is None:
             return False
         return self._refuses(queue, job.spec.nodes, capacity)
+
+    def _settled(
+        self, queue: str, job: JobState, settled: Callable[[JobState], bool] | None
+    ) -> bool:
+        """True for a job the cycle would offer for nothing (`settled`) that its queue takes
+        now: `_refuses` is asked here exactly as `refused` would ask it first thing, at the
+        same point of the walk (nothing changed since the last job), so the free count is
+        read when the cycle would read it."""
+        if settled is None or not settled(job):
+            return False
+        assert self.capacity is not None  # `schedule` sets `settled` only with it
+        return not self._refuses(queue, job.spec.nodes, self.capacity)
 
     def _refuses(self, queue: str, nodes: int, capacity: Capacity) -> bool:
         """`QueueBook.refuses`, then the free count counted when it refuses (as a refusal's

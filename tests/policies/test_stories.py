@@ -10,6 +10,7 @@ import pytest
 from rackplane.engine import Engine
 from rackplane.importers import load_cluster_file
 from rackplane.models import (
+    CompleteJob,
     ConfigurePolicy,
     DefragPlanned,
     Health,
@@ -32,6 +33,7 @@ from rackplane.models import (
     SubmitJob,
 )
 from rackplane.policies import preset
+from rackplane.policies.tas import schedule
 from tests.builders import CLUSTER, T0, Harness, cmd, job, node, nodes, rack, topology
 from tests.invariants import check_invariants
 
@@ -343,6 +345,44 @@ def test_a_swap_evicts_short_work_that_borrowed_the_spares() -> None:
     assert swap.new_node in evicted.released
     assert engine.state.jobs["short"].front  # queued again ahead of its peers
     assert engine.state.jobs["long"].status.value == "placed"
+
+
+# Short work waiting for the spares borrows them when they come back, though a job of its size
+# ahead of it met the cycle's verdict first and it is blocked for that same reason already.
+#
+#     r01  [L L L L B B]    L: long jobs, B: b0 and b1 borrowing the 2 spares of a rack
+#     r02  [L L L L B B]    n (2, no expected duration) holds r03, the rack closest to fit it;
+#     r03  [L L L . . .]    b (2, 20 min) borrows r02's spares once b1 ends
+
+
+def test_short_work_blocked_behind_its_size_borrows_the_spares_when_they_free() -> None:
+    engine, clock = engine_for(
+        "tas+spares", rack("r01", 6), rack("r02", 6), rack("r03", 6),
+        spares_per_rack=2, borrow_spares=True,
+    )  # fmt: skip
+
+    def same_walks(_: object) -> None:
+        # A cycle that passes over the jobs it would offer for nothing proposes what the
+        # cycle that offers every job proposes, after every event.
+        assert schedule(engine.state) == schedule(engine.state, pass_over=False)
+
+    engine.sinks.append(same_walks)
+    short = timedelta(minutes=20)
+    for name, size in (("l1", 4), ("l2", 4), ("l3", 3)):
+        run(engine, clock, cmd(SubmitJob, job=job(name, size, slice_size=size)))
+    for name in ("b0", "b1"):
+        run(engine, clock, cmd(SubmitJob, job=job(name, 2, slice_size=2, expected_duration=short)))
+        started(engine, clock, name)
+    assert [engine.state.jobs[b].slices[0].racks for b in ("b0", "b1")] == [("r01",), ("r02",)]
+    run(engine, clock, cmd(SubmitJob, job=job("n", 2, slice_size=2)))
+    run(engine, clock, cmd(SubmitJob, job=job("b", 2, slice_size=2, expected_duration=short)))
+    jobs = engine.state.jobs
+    assert jobs["n"].blocked is not None and jobs["b"].blocked is not None
+    assert jobs["b"].blocked.reason == jobs["n"].blocked.reason
+    events = run(engine, clock, cmd(CompleteJob, job="b1"))
+    placed = [(e.job, e.borrowing, e.slices[0].racks) for e in events if isinstance(e, JobPlaced)]
+    assert placed == [("b", True, ("r02",))]
+    assert engine.state.jobs["n"].status.value == "queued"
 
 
 # A rack-level fault (NVSwitch tray) takes the whole NVLink domain: its slices move.

@@ -19,6 +19,7 @@ from rackplane.models import (
     SubmitJob,
 )
 from rackplane.policies import preset
+from rackplane.policies.tas import schedule
 from tests.builders import CLUSTER, T0, Clock, cmd, job, rack, topology
 
 
@@ -92,3 +93,39 @@ def test_a_short_job_backfills_the_racks_held_for_a_big_one_without_delaying_it(
     events = engine.wake()  # R and S are past their limits: H gets r01
     assert {e.job for e in events if isinstance(e, JobFailed)} == {"R", "S"}
     assert engine.state.jobs["H"].slices[0].racks == ("r01",)
+
+
+def test_a_job_blocked_behind_one_of_its_size_still_backfills_when_a_new_head_allows_it() -> None:
+    #   r01  [R R R R R R R R . . . . . . . . s s]   R: 8 nodes, limit 2 h
+    #   r02  [X X X X X X X X X X X X X X X X s s]   X: 16 nodes, limit 10 h
+    # H (16) holds r01 until R ends (2 h): N (8, no limit) and S (8, 3 h) wait behind it.
+    # H2 (two racks of 16) then holds both racks until X ends (10 h): S now ends in time to
+    # backfill r01, though N, of its size and ahead of it, met the cycle's verdict for 8
+    # nodes first and S is blocked for that same reason already.
+    engine, clock = cluster()
+    walks: list[str] = []
+
+    def same_walks(_: object) -> None:
+        # A cycle that passes over the jobs it would offer for nothing proposes what the
+        # cycle that offers every job proposes, after every event.
+        fast, full = schedule(engine.state), schedule(engine.state, pass_over=False)
+        assert fast == full
+        walks.extend(type(c).__name__ for c in fast)
+
+    engine.sinks.append(same_walks)
+    engine.handle(cmd(SubmitJob, job=job("R", 8, time_limit=timedelta(hours=2))))
+    engine.handle(cmd(StartJob, job="R"))
+    engine.handle(cmd(SubmitJob, job=job("X", 16, slice_size=16, time_limit=timedelta(hours=10))))
+    engine.handle(cmd(StartJob, job="X"))
+    engine.handle(cmd(SubmitJob, job=job("H", 16, slice_size=16, priority=1)))
+    engine.handle(cmd(SubmitJob, job=job("N", 8)))
+    clock.now = T0 + timedelta(minutes=5)
+    engine.handle(cmd(SubmitJob, job=job("S", 8, time_limit=timedelta(hours=3))))
+    jobs = engine.state.jobs
+    assert jobs["N"].blocked is not None and jobs["S"].blocked is not None
+    assert jobs["S"].blocked.reason == jobs["N"].blocked.reason
+    clock.now = T0 + timedelta(minutes=10)
+    events = engine.handle(cmd(SubmitJob, job=job("H2", 32, slice_size=16, priority=2)))
+    (placed,) = [e for e in events if isinstance(e, JobPlaced)]
+    assert placed.job == "S" and "backfilled: ends by" in placed.explanation
+    assert "PlaceJob" in walks
