@@ -24,11 +24,11 @@ The scheduling cycle (run when something that frees nodes or adds work happens):
    cannot delay the head. A job without a limit never backfills.
 8. Reservations (`Reserve`): before one starts, a job that could run past its start (no
    time limit, or one that reaches it) is placed on a copy of the cycle's capacity without
-   the reserved nodes (`Withheld`); from the start a maintenance reservation's nodes are
-   cordoned, and a dedicated one's are withheld from every job that does not name it. A job
-   that names one (`JobSpec.reservation`) is placed on a copy holding only its nodes (spares
-   of its racks kept back) while it runs, and blocked for `reservation` before its start
-   or once it is over.
+   the reserved nodes (`Withheld`), never on the racks the head holds either; from the
+   start a maintenance reservation's nodes are cordoned, and a dedicated one's are withheld
+   from every job that does not name it. A job that names one (`JobSpec.reservation`) is
+   placed on a copy holding only its nodes (spares of its racks kept back) while it runs,
+   and blocked for `reservation` before its start or once it is over.
 """
 
 from __future__ import annotations
@@ -197,8 +197,11 @@ def schedule(state: ClusterState, policy: str = "tas", *, pass_over: bool = True
             backfill = capacity.copy()
             shadow = _shadow(state, capacity, head_held, sizes)
             capacity.hold(head_held)
-            if borrow is not None:
-                borrow.hold(head_held)
+            # The copies for jobs reservations keep from some nodes hold them too: a copy
+            # made before the hold would let such a job take the head's racks (step 8).
+            for cap in (borrow, *kept.all()):
+                if cap is not None:
+                    cap.hold(head_held)
     return list(out.commands)
 
 
@@ -411,7 +414,7 @@ class Withheld:
     """The cycle's capacities for jobs that reservations keep from some nodes (step 8): per
     set of reservations that keep a job out, a copy of the cycle's capacity without their
     nodes; per reservation jobs run in, a copy with only its nodes; each kept in step with
-    every placement of the cycle."""
+    every placement of the cycle and holding the racks the head holds (`schedule`)."""
 
     def __init__(self, state: ClusterState, capacity: Capacity) -> None:
         self.state = state

@@ -596,3 +596,28 @@ def test_a_cycle_never_offers_a_node_twice_around_a_reservation() -> None:
               for c in schedule(engine.state) if isinstance(c, PlaceJob)}  # fmt: skip
     assert set(placed) == {"short", "long"}
     assert not set(placed["short"]) & set(placed["long"])
+
+
+def test_work_kept_from_reserved_nodes_does_not_take_the_racks_the_head_holds() -> None:
+    """r02 is reserved from START; r01 runs `r` (8 of its 16) and r02 `x`. In one cycle: wide
+    (two racks, no limit) goes around r02 first, which makes that capacity's copy; head
+    (ends by START) does not fit and holds r01, whose 8 nodes free when `r` ends; late (no
+    limit) goes around r02 on the same copy and must not take r01's nodes from the head."""
+    from rackplane.policies import schedule
+
+    engine = Engine(CLUSTER, clock=Clock(), policies=[])  # the test runs the cycle
+    engine.handle(cmd(RegisterTopology, topology=topology(rack("r01"), rack("r02")),
+                      settings=PolicySettings(slice_size=8)))  # fmt: skip
+    engine.handle(cmd(SubmitJob, job=job("r", 8, time_limit=HOURS)))
+    engine.handle(cmd(SubmitJob, job=job("x", 16, slice_size=16)))
+    for c in schedule(engine.state):
+        engine.handle(c)
+    assert [engine.state.jobs[j].slices[0].racks for j in ("r", "x")] == [("r01",), ("r02",)]
+    engine.handle(cmd(Reserve, reservation="maint", racks=("r02",), start=START, end=END))
+    engine.handle(cmd(SubmitJob, job=job("wide", 32, slice_size=16, priority=2)))
+    engine.handle(cmd(SubmitJob, job=job("head", 16, slice_size=16, priority=1, time_limit=HOURS)))
+    engine.handle(cmd(SubmitJob, job=job("late", 8)))
+    proposed = schedule(engine.state)
+    assert proposed == schedule(engine.state, pass_over=False)
+    assert not [c for c in proposed if isinstance(c, PlaceJob)]
+    assert {c.job for c in proposed} == {"wide", "head", "late"}  # each blocked, saying why
