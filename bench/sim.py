@@ -136,6 +136,14 @@ def parse_runs(text: str) -> list[tuple[int, float, str]]:
     return out
 
 
+def spec_args(prog: str, doc: str | None, argv: list[str] | None) -> list[tuple[int, float, str]]:
+    """The runs of a `python -m bench.PROG RACKS:DAYS:POLICY[,...] ...` command line, in order
+    (`bench.sim_digest`, `bench.sim_core`)."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{prog}", description=doc)
+    parser.add_argument("runs", type=parse_runs, nargs="+", help="RACKS:DAYS:POLICY,...")
+    return [run for runs in parser.parse_args(argv).runs for run in runs]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the simulator benchmarks and print a markdown table."""
     parser = argparse.ArgumentParser(prog="python -m bench.sim", description=__doc__)

@@ -17,7 +17,6 @@ cost, measured here as `timer_s`, is left in the figures).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -28,7 +27,7 @@ from typing import Any
 from unittest import mock
 
 import rackplane.engine as engine
-from bench.sim import bench_scenario, parse_runs
+from bench.sim import bench_scenario, spec_args
 from rackplane.policies.controller import decide
 from rackplane.projections.evolve import evolve
 from rackplane.sim import Simulation
@@ -120,13 +119,9 @@ def core_share(
 
 def main(argv: list[str] | None = None) -> int:
     """Print one JSON line per spec (progress on stderr)."""
-    parser = argparse.ArgumentParser(prog="python -m bench.sim_core", description=__doc__)
-    parser.add_argument("runs", type=parse_runs, nargs="+", help="RACKS:DAYS:POLICY,...")
-    args = parser.parse_args(argv)
-    for runs in args.runs:
-        for racks, days, policy in runs:
-            tick = _progress(f"{racks}:{days:g}:{policy}")
-            print(json.dumps(core_share(racks, days, policy, tick=tick)), flush=True)
+    for racks, days, policy in spec_args("sim_core", __doc__, argv):
+        tick = _progress(f"{racks}:{days:g}:{policy}")
+        print(json.dumps(core_share(racks, days, policy, tick=tick)), flush=True)
     return 0
 
 

@@ -11,14 +11,13 @@ run (`time.process_time`, observer included). Two commits simulate the same run 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
 import time
 from collections.abc import Sequence
 
-from bench.sim import bench_scenario, parse_runs
+from bench.sim import bench_scenario, spec_args
 from rackplane.models import Event
 from rackplane.projections import ClusterState
 from rackplane.sim import Simulation
@@ -51,12 +50,8 @@ def digest(racks: int, days: float, policy: str, seed: int = 1) -> dict[str, obj
 
 def main(argv: list[str] | None = None) -> int:
     """Print one JSON line per spec."""
-    parser = argparse.ArgumentParser(prog="python -m bench.sim_digest", description=__doc__)
-    parser.add_argument("runs", type=parse_runs, nargs="+", help="RACKS:DAYS:POLICY,...")
-    args = parser.parse_args(argv)
-    for runs in args.runs:
-        for racks, days, policy in runs:
-            print(json.dumps(digest(racks, days, policy)), flush=True)
+    for racks, days, policy in spec_args("sim_digest", __doc__, argv):
+        print(json.dumps(digest(racks, days, policy)), flush=True)
     return 0
 
 
