@@ -396,6 +396,22 @@ def test_a_higher_priority_job_preempts_lower_priority_work_of_its_own_queue_whe
     assert c.rack_of("hi") == rack_of_p2 and c.status("p1") == "running"
 
 
+def test_reclaim_plans_for_the_first_owed_job_in_queue_order() -> None:
+    # r1 (rl) is owed rl's 16 but infer's borrowed i2 serves inference, never preempted: no
+    # plan. hi (pretrain, priority 5) is owed too and comes first in queue order: its
+    # priority plan preempts p2, though r1 was owed first.
+    c = full_with_infer_borrowing(
+        JobKind.INFERENCE,
+        queues=tree(pretrain={"borrowing_limit": 0, "preempt_lower_priority": True}),
+    )
+    events = c.submit("r1", "rl")
+    assert not [e for e in events if isinstance(e, DefragPlanned)] and c.status("r1") == "queued"
+    events = c.submit("hi", "pretrain", priority=5)
+    (plan,) = [e for e in events if isinstance(e, DefragPlanned)]
+    assert (plan.job, plan.cause, plan.victims) == ("hi", "priority", ("p2",))
+    assert c.status("r1") == "queued"
+
+
 def test_without_the_queues_say_so_priority_preempts_nothing() -> None:
     c = Cluster(tree(pretrain={"borrowing_limit": 0}))
     c.submit("p1", "pretrain")

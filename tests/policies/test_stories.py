@@ -178,6 +178,23 @@ def test_a_job_blocked_behind_protected_jobs_gets_its_defrag_once_a_budget_allow
     assert engine.state.jobs["hero"].slices[0].racks == ("r02",)
 
 
+def test_defrag_plans_for_the_first_job_in_queue_order_when_room_may_have_come_back() -> None:
+    # Both jobs are blocked for topology while budgets protect a and b; when b's budget
+    # allows, the retry plans for the head of the line: hero2 (higher priority), not hero,
+    # which came first.
+    engine, clock = fragmented("tas+spares+defrag")
+    for j in ("a", "b"):
+        run(engine, clock, cmd(ReportDisruptionBudget, job=j, allows=False, budget=f"pdb {j}"))
+    run(engine, clock, cmd(SubmitJob, job=job("hero", 16)))
+    run(engine, clock, cmd(SubmitJob, job=job("hero2", 16, priority=1)))
+    jobs = engine.state.jobs
+    assert [jobs[j].blocked.reason for j in ("hero", "hero2")] == ["topology", "topology"]  # type: ignore[union-attr]
+    events = run(engine, clock, cmd(ReportDisruptionBudget, job="b", allows=True))
+    (plan,) = [e for e in events if isinstance(e, DefragPlanned)]
+    assert (plan.job, plan.victims) == ("hero2", ("b",))
+    assert engine.state.jobs["hero"].status.value == "queued"
+
+
 # (b) A 128-node job on the 128-rack example: 8 slices of 16 on 8 racks of one pod, 2 spares
 # each. One failure in each of those racks is absorbed by a swap; a third failure in one rack
 # (its spares gone) moves only that slice.
