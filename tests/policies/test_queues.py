@@ -435,3 +435,42 @@ def test_queue_usage_survives_a_snapshot() -> None:
     state = c.engine.state
     assert state.queue_usage["infer"].nodes == 32
     assert decode_state(encode_state(state)) == state
+
+
+def test_a_job_blocked_for_topology_is_blocked_for_quota_once_its_queue_took_its_nominal() -> None:
+    # rl may not borrow. p1 ends and frees r01: the cycle places rl's P there (rl now holds
+    # its 16), infer's B meets the verdict for 8 nodes (topology, as before), and rl's A, of
+    # B's size and blocked for topology too, must now be blocked for quota: its queue's
+    # answer changed with P, though its sizes' verdict did not.
+    queues = tree(rl={"borrowing_limit": 0})
+    engine = Engine(CLUSTER, clock=Clock(), policies=[])  # the test runs the cycle
+    engine.handle(cmd(RegisterTopology, topology=topology(*(rack(r) for r in RACKS)),
+                      settings=PolicySettings(slice_size=16, queues=queues)))  # fmt: skip
+
+    def submit_and_cycle(*specs: Any) -> list[Any]:
+        for spec in specs:
+            engine.handle(cmd(SubmitJob, job=spec))
+        proposed = schedule(engine.state)
+        assert proposed == schedule(engine.state, pass_over=False)
+        for c in proposed:
+            engine.handle(c)
+        return proposed
+
+    submit_and_cycle(
+        job("p1", 16, queue="pretrain"),
+        job("p2", 16, queue="pretrain"),
+        job("p3", 12, slice_size=12, queue="pretrain"),
+        job("i1", 12, slice_size=12, queue="infer"),
+    )
+    submit_and_cycle(
+        job("P", 16, queue="rl"),
+        job("A", 8, slice_size=8, queue="rl"),
+        job("B", 8, slice_size=8, queue="infer"),
+    )
+    jobs = engine.state.jobs
+    assert [jobs[j].blocked.reason for j in ("A", "B")] == ["topology", "topology"]  # type: ignore[union-attr]
+    engine.handle(cmd(StartJob, job="p1"))
+    engine.handle(cmd(CompleteJob, job="p1"))
+    proposed = submit_and_cycle()
+    assert [(type(c).__name__, c.job) for c in proposed] == [("PlaceJob", "P"), ("BlockJob", "A")]
+    assert engine.state.jobs["A"].blocked.reason == "quota"  # type: ignore[union-attr]
